@@ -1,0 +1,326 @@
+"""The offline `scripted` model: a deterministic ADK `BaseLlm` driven by the user's text.
+
+How it works: every call looks at the request's contents. The *last user message* is the last
+content with role ``user`` that carries text (function responses also travel as role ``user`` but
+carry no text). Its text selects a script (see CONTRACT.md, "The scripted model"). Everything after
+that message is the turn so far: the model's own function calls and the responses it received.
+
+- ``/tool`` lines (separated into steps by ``/then``) are replayed one step per model call; once
+  every step has been called and answered, the model ends the turn with one line per call,
+  ``NAME -> <response as compact JSON with sorted keys>``.
+- Text is streamed as real partial responses (``partial=True``), one per word or token, and then
+  one aggregated final response, as ADK's streaming contract asks.
+
+The model holds no state between calls (one instance serves every session), so the script is
+derived again from the request each time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+import struct
+import zlib
+from collections.abc import AsyncGenerator, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from google.adk.models import BaseLlm, LLMRegistry
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.genai import types
+
+from agents.scripted_live import ScriptedLiveConnection
+
+__all__ = ["ScriptedLlm", "plan_for_text", "tiny_png"]
+
+_WORD = re.compile(r"\S+\s*|\s+")
+MAX_STREAM_TOKENS = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    name: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the model does for one user message."""
+
+    deltas: tuple[str, ...] = ()
+    delay_s: float = 0.0
+    thought: str | None = None
+    image: bool = False
+    error: str | None = None
+    steps: tuple[tuple[ToolCall, ...], ...] = field(default=())
+
+
+class ScriptError(ValueError):
+    """The user's script could not be parsed (bad /tool JSON, bad /stream count)."""
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(_WORD.findall(text))
+
+
+def _parse_tool_lines(text: str) -> tuple[tuple[ToolCall, ...], ...]:
+    steps: list[tuple[ToolCall, ...]] = []
+    current: list[ToolCall] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line == "/then":
+            if current:
+                steps.append(tuple(current))
+            current = []
+            continue
+        if not line.startswith("/tool"):
+            raise ScriptError(f"expected a /tool or /then line, got {line[:40]!r}")
+        rest = line[len("/tool") :].strip()
+        name, _, raw_args = rest.partition(" ")
+        if not name:
+            raise ScriptError("/tool needs a tool name")
+        try:
+            args = json.loads(raw_args) if raw_args.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ScriptError(f"/tool {name}: arguments are not JSON ({exc.msg})") from None
+        if not isinstance(args, dict):
+            raise ScriptError(f"/tool {name}: arguments must be a JSON object")
+        current.append(ToolCall(name, args))
+    if current:
+        steps.append(tuple(current))
+    return tuple(steps)
+
+
+def _keyword_plan(text: str) -> Plan:
+    """The demo agent's keyword rules for free text."""
+    lowered = text.lower()
+    if "weather" in lowered:
+        match = re.search(r"\bin ([A-Za-z][\w .'-]*)", text)
+        location = match.group(1).strip(" .?!") if match else "Tokyo"
+        return Plan(steps=((ToolCall("get_weather", {"location": location}),),))
+    if "pay" in lowered:
+        amount_match = re.search(r"(\d+(?:\.\d+)?)", text)
+        recipient_match = re.search(r"\bto ([A-Za-z][\w-]*)", text)
+        amount = float(amount_match.group(1)) if amount_match else 10.0
+        recipient = recipient_match.group(1) if recipient_match else "alice"
+        args = {"amount": amount, "recipient": recipient}
+        return Plan(steps=((ToolCall("process_payment", args),),))
+    if "music" in lowered or "bgm" in lowered:
+        track_match = re.search(r"(\d+)", text)
+        track = int(track_match.group(1)) if track_match else 1
+        return Plan(steps=((ToolCall("change_bgm", {"track": track}),),))
+    if "location" in lowered or "where am i" in lowered:
+        return Plan(steps=((ToolCall("get_location", {}),),))
+    return Plan(deltas=_words(f"You said: {text}"))
+
+
+def plan_for_text(text: str) -> Plan:
+    """Derives the model's behaviour from the last user message's text.
+
+    Raises:
+        ScriptError: the text is a command with malformed arguments.
+    """
+    stripped = text.strip()
+    command, _, rest = stripped.partition(" ")
+    if command == "/echo":
+        return Plan(deltas=_words(stripped[len("/echo ") :]) if rest else ())
+    if command == "/stream":
+        parts = rest.split()
+        try:
+            count = int(parts[0]) if parts else 10
+            delay_ms = float(parts[1]) if len(parts) > 1 else 0.0
+        except ValueError:
+            raise ScriptError("/stream takes N [MS]") from None
+        if not 0 <= count <= MAX_STREAM_TOKENS or delay_ms < 0:
+            raise ScriptError(f"/stream N must be 0..{MAX_STREAM_TOKENS} and MS >= 0")
+        return Plan(deltas=tuple(f"tok{i} " for i in range(count)), delay_s=delay_ms / 1000)
+    if command == "/tool":
+        return Plan(steps=_parse_tool_lines(stripped))
+    if command == "/think":
+        return Plan(thought=rest, deltas=("done",))
+    if command == "/image":
+        return Plan(image=True, deltas=_words("Here is an image."))
+    if command == "/error":
+        return Plan(error=rest or "scripted failure")
+    return _keyword_plan(stripped)
+
+
+def tiny_png(width: int = 8, height: int = 8, rgb: tuple[int, int, int] = (220, 40, 40)) -> bytes:
+    """A small solid-colour PNG, built with zlib so no image library is needed."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
+
+    row = b"\x00" + bytes(rgb) * width
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(row * height))
+        + chunk(b"IEND", b"")
+    )
+
+
+def _has_text(content: types.Content) -> bool:
+    return any(part.text is not None and not part.thought for part in content.parts or ())
+
+
+def _split_turn(contents: list[types.Content]) -> tuple[str, list[types.Content]]:
+    """Returns the last user message's text and the contents after it."""
+    for index in range(len(contents) - 1, -1, -1):
+        content = contents[index]
+        if content.role == "user" and _has_text(content):
+            text = "".join(p.text or "" for p in content.parts or () if p.text and not p.thought)
+            return text, contents[index + 1 :]
+    return "", contents
+
+
+def _calls_and_responses(
+    turn: list[types.Content],
+) -> tuple[int, list[types.FunctionCall], list[dict[str, Any]]]:
+    """Counts the model's tool-calling steps and pairs each call with its last response.
+
+    ADK strips its own call ids before contents reach a model, so responses are paired with the
+    calls of the step before them by name and position; a later response for the same call (a real
+    result after a confirmation placeholder) replaces the earlier one.
+    """
+    steps = 0
+    calls: list[types.FunctionCall] = []
+    responses: list[dict[str, Any]] = []
+    step_start = 0
+    for content in turn:
+        step_calls = [
+            p.function_call
+            for p in content.parts or ()
+            if p.function_call and not (p.function_call.name or "").startswith("adk_")
+        ]
+        if content.role == "model" and step_calls:
+            steps += 1
+            step_start = len(calls)
+            calls.extend(step_calls)
+            responses.extend({} for _ in step_calls)
+            continue
+        seen: dict[str, int] = {}
+        for part in content.parts or ():
+            response = part.function_response
+            if response is None or (response.name or "").startswith("adk_"):
+                continue
+            nth = seen.get(response.name or "", 0)
+            seen[response.name or ""] = nth + 1
+            same_name = [i for i in range(step_start, len(calls)) if calls[i].name == response.name]
+            if nth < len(same_name):
+                responses[same_name[nth]] = dict(response.response or {})
+    return steps, calls, responses
+
+
+def _summary(calls: list[types.FunctionCall], responses: list[dict[str, Any]]) -> str:
+    lines = []
+    for call, response in zip(calls, responses, strict=True):
+        lines.append(f"{call.name} -> {json.dumps(response, sort_keys=True, separators=(',', ':'))}")
+    return "\n".join(lines)
+
+
+def _usage(prompt: str, answer: str) -> types.GenerateContentResponseUsageMetadata:
+    prompt_tokens = max(1, len(prompt.split()))
+    answer_tokens = len(answer.split())
+    return types.GenerateContentResponseUsageMetadata(
+        prompt_token_count=prompt_tokens,
+        candidates_token_count=answer_tokens,
+        total_token_count=prompt_tokens + answer_tokens,
+    )
+
+
+class ScriptedLlm(BaseLlm):
+    """Deterministic offline model; see the module docstring and CONTRACT.md."""
+
+    model: str = "scripted"
+    live_audio_rate: ClassVar[int] = 24000
+
+    @classmethod
+    def supported_models(cls) -> list[str]:
+        return [r"scripted", r"scripted-.*"]
+
+    @property
+    def capabilities(self) -> Any:
+        from google.adk.models._capabilities import LlmCapabilities
+
+        return LlmCapabilities(output_schema_and_tools=True)
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        text, turn = _split_turn(list(llm_request.contents or []))
+        try:
+            plan = plan_for_text(text)
+        except ScriptError as exc:
+            yield LlmResponse(error_code="SCRIPT_ERROR", error_message=str(exc), turn_complete=True)
+            return
+        if plan.error is not None:
+            yield LlmResponse(error_code="MODEL_ERROR", error_message=plan.error, turn_complete=True)
+            return
+
+        steps_done, calls, responses = _calls_and_responses(turn)
+        if plan.steps and steps_done < len(plan.steps):
+            function_calls = [
+                types.Part(function_call=types.FunctionCall(name=call.name, args=call.args))
+                for call in plan.steps[steps_done]
+            ]
+            yield LlmResponse(
+                content=types.Content(role="model", parts=function_calls),
+                partial=False,
+                turn_complete=True,
+                finish_reason=types.FinishReason.STOP,
+                usage_metadata=_usage(text, ""),
+            )
+            return
+
+        deltas = plan.deltas if not plan.steps else _words(_summary(calls, responses))
+        final_parts: list[types.Part] = []
+        if plan.thought is not None:
+            if stream:
+                for piece in _words(plan.thought) or ("",):
+                    yield self._partial(types.Part(text=piece, thought=True))
+            final_parts.append(types.Part(text=plan.thought, thought=True))
+        if plan.image:
+            final_parts.append(
+                types.Part(inline_data=types.Blob(mime_type="image/png", data=tiny_png()))
+            )
+        if stream:
+            for delta in self._paced(deltas):
+                await asyncio.sleep(plan.delay_s) if plan.delay_s else None
+                yield self._partial(types.Part(text=delta))
+        answer = "".join(deltas)
+        if answer or not final_parts:
+            final_parts.append(types.Part(text=answer))
+        yield LlmResponse(
+            content=types.Content(role="model", parts=final_parts),
+            partial=False,
+            turn_complete=True,
+            finish_reason=types.FinishReason.STOP,
+            usage_metadata=_usage(text, answer),
+        )
+
+    @staticmethod
+    def _paced(deltas: tuple[str, ...]) -> Iterator[str]:
+        yield from deltas
+
+    @staticmethod
+    def _partial(part: types.Part) -> LlmResponse:
+        return LlmResponse(content=types.Content(role="model", parts=[part]), partial=True)
+
+    def connect(self, llm_request: LlmRequest) -> Any:
+        """Opens a scripted live (audio) connection; see `agents.scripted_live`."""
+        return ScriptedLiveConnection.open(llm_request)
+
+
+def image_data_url() -> str:
+    return "data:image/png;base64," + base64.b64encode(tiny_png()).decode("ascii")
+
+
+LLMRegistry.register(ScriptedLlm)

@@ -1,0 +1,42 @@
+"""`python -m gateway` / `adk-gateway`: parse settings, configure logs, serve."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from gateway.config import SettingsError, load_settings
+from gateway.logs import configure_logging
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = load_settings(argv)
+    except SettingsError as exc:
+        print(f"adk-gateway: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_format, settings.log_level)
+    from agents.adk import AgentLoadError
+    from gateway.app import make_app
+
+    try:
+        app = make_app(settings)
+        web.run_app(
+            app,
+            host=settings.host,
+            port=settings.port,
+            handler_cancellation=True,
+            shutdown_timeout=settings.shutdown_timeout_s,
+            access_log=None,
+            print=lambda text: print(text, file=sys.stderr, flush=True),
+        )
+    except AgentLoadError as exc:
+        print(f"adk-gateway: cannot load agent: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

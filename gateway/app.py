@@ -1,0 +1,153 @@
+"""The app factory: routes, middlewares, and the process lifetime (cleanup_ctx / on_shutdown)."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import structlog
+from aiohttp import WSCloseCode, web
+
+from agents.adk import AgentHost, load_agent, session_service_from_uri
+from gateway.chat import ChatService
+from gateway.config import Settings
+from gateway.errors import GatewayError
+from gateway.keys import HOST, METRICS, REGISTRY, SERVICE, SETTINGS, SOCKETS
+from gateway.metrics import Metrics
+from gateway.registry import Registry
+from gateway.streams import MemoryStreamStore, StreamStore
+
+__all__ = ["make_app"]
+
+log = structlog.get_logger("gateway.app")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+FALLBACK_PAGE = """<!doctype html><meta charset="utf-8"><title>adk-gateway</title>
+<p>The chat page is not built. Run <code>make run</code> (it builds <code>web/dist</code>).</p>"""
+
+
+def _stream_store(settings: Settings) -> StreamStore:
+    if settings.stream_store.startswith(("redis://", "rediss://")):
+        from gateway.redis_streams import RedisStreamStore
+
+        return RedisStreamStore(
+            settings.stream_store, retention_s=settings.resume_retention_s, max_bytes=settings.stream_buffer_bytes
+        )
+    return MemoryStreamStore(retention_s=settings.resume_retention_s, max_bytes=settings.stream_buffer_bytes)
+
+
+async def _agent_context(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    if HOST not in app:
+        agent = load_agent(settings.agent, settings.effective_model())
+        app[HOST] = AgentHost(agent, session_service_from_uri(settings.session_store),
+                              max_llm_calls=settings.max_llm_calls)
+    host = app[HOST]
+    registry = Registry(detach_on_disconnect=settings.detach_on_disconnect,
+                        busy_grace_s=settings.busy_grace_ms / 1000)
+    streams = _stream_store(settings)
+    app[REGISTRY] = registry
+    app[SERVICE] = ChatService(host, registry, streams, approval_timeout_s=settings.approval_timeout_s,
+                               stream_max_bytes=settings.stream_buffer_bytes, metrics=app[METRICS])
+    log.info("agent_ready", app_name=host.app_name, model=settings.effective_model(),
+             session_store=settings.session_store.split("://")[0])
+    try:
+        yield
+    finally:
+        await registry.aclose()
+        await streams.aclose()
+        await host.aclose()
+
+
+async def _close_sockets(app: web.Application) -> None:
+    """Shutdown: close every WebSocket with 1001 and stop every run (SSE streams then end)."""
+    sockets = list(app[SOCKETS])
+    await asyncio.gather(
+        *(ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown") for ws in sockets),
+        return_exceptions=True,
+    )
+    if REGISTRY in app:
+        await app[REGISTRY].aclose()
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: web.Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except GatewayError as exc:
+        return web.json_response(exc.body(), status=exc.status)
+    except web.HTTPRequestEntityTooLarge:
+        return web.json_response({"error": {"code": "payload_too_large", "message": "The request body is too large."}},
+                                 status=413)
+    except web.HTTPException as exc:
+        if exc.status >= 400 and exc.empty_body is False and request.path.startswith("/api/"):
+            return web.json_response({"error": {"code": exc.reason.lower().replace(" ", "_"), "message": exc.reason}},
+                                     status=exc.status)
+        raise
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    if SERVICE not in request.app:
+        return web.json_response({"status": "starting"}, status=503)
+    host = request.app[HOST]
+    try:
+        await asyncio.wait_for(host.get_session("__readyz__", "__readyz__"), timeout=2)
+    except Exception as exc:
+        log.warning("readyz_store_unreachable", error=repr(exc))
+        return web.json_response({"status": "store_unreachable"}, status=503)
+    return web.json_response({"status": "ready", "agent": host.app_name})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    m = request.app[METRICS]
+    if REGISTRY in request.app:
+        counts = request.app[REGISTRY].counts()
+        m.active_runs.set(counts["runs"])
+    return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+
+def _web_dir(settings: Settings) -> Path:
+    return Path(settings.web_dir) if settings.web_dir else ROOT / "web" / "dist"
+
+
+def make_app(settings: Settings | None = None, *, host: AgentHost | None = None) -> web.Application:
+    """Builds the gateway app. `host` lets tests pass their own agent host."""
+    from transports.sse import chat_post, chat_resume, chat_stop
+    from transports.websocket import chat_socket
+
+    settings = settings or Settings()
+    app = web.Application(middlewares=[_errors], client_max_size=settings.max_body_bytes + 1024)
+    app[SETTINGS] = settings
+    app[METRICS] = Metrics()
+    app[SOCKETS] = weakref.WeakSet()  # type: ignore[assignment]
+    if host is not None:
+        app[HOST] = host
+    app.cleanup_ctx.append(_agent_context)
+    app.on_shutdown.append(_close_sockets)
+
+    web_dir = _web_dir(settings)
+
+    async def index(request: web.Request) -> web.StreamResponse:
+        page = web_dir / "index.html"
+        if page.is_file():
+            return web.FileResponse(page, headers={"Cache-Control": "no-cache"})
+        return web.Response(text=FALLBACK_PAGE, content_type="text/html")
+
+    app.router.add_post("/api/chat", chat_post)
+    app.router.add_get("/api/chat/ws", chat_socket)
+    app.router.add_get("/api/chat/{chat_id}/stream", chat_resume)
+    app.router.add_post("/api/chat/{chat_id}/stop", chat_stop)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/", index)
+    if web_dir.is_dir():
+        app.router.add_static("/static/", web_dir, append_version=False)
+    return app

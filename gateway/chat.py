@@ -1,0 +1,447 @@
+"""The chat service: turns one client request into one agent run, for every transport.
+
+How it works
+------------
+`ChatService.start()` claims the chat (one run per chat), reads the chat's ADK session and its
+`ApprovalBook`, and *plans* the turn before anything is streamed, so that a bad request (a forged
+or replayed approval, a continuation with nothing new) is refused with a status and nothing runs:
+
+- last message from the user: a new turn. The session is synced with the posted history first
+  (imported for an unknown chat, rebuilt after an edit or a regenerate); approvals still open
+  from the last turn are abandoned.
+- last message from the assistant: a continuation of that message. Every approval and browser
+  tool output in it is checked against the book and becomes an ADK function response (ADK's
+  confirmation for server tools, the tool's result for browser tools), a re-announcement of an
+  approved browser tool, a denial, or — for "deny and stop" — the interrupt result that ends the
+  turn without calling the model.
+
+The run itself is a task owned by the registry that converts ADK events to chunks and appends
+them to the chat's stream log; transports follow that log. The book is saved to the session
+before the final `finish` chunk, so a client that answers an approval at once finds it stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import structlog
+from google.adk.agents.invocation_context import LlmCallsLimitExceededError
+from google.adk.events import Event
+from google.genai import types
+
+from agents.adk import AgentHost, ui_message_content
+from agents.tools import APPROVALS_STATE_KEY
+from gateway import chunks as c
+from gateway.approval import (
+    REJECTED_TEXT,
+    ApprovalBook,
+    ApprovalRefused,
+    CallEvent,
+    CallRecord,
+    CallState,
+    Decision,
+    InvalidTransition,
+    Permission,
+    decision_from_response,
+    interrupt_result,
+)
+from gateway.converter import BrowserCall, NeedsApproval, ResponseConverter
+from gateway.errors import ApprovalInvalid, BadRequest, ContinuationRefused
+from gateway.metrics import Metrics
+from gateway.registry import ChatRun, Connection, Registry
+from gateway.requests import ChatRequest, ToolPart, UIMessage
+from gateway.streams import ChatKey, StreamLog, StreamStore
+
+__all__ = ["ChatService", "RequestContext"]
+
+log = structlog.get_logger("gateway.chat")
+
+TURNS_STATE_KEY: Final = "gateway:turns"
+TURN_STATE_KEY: Final = "gateway:turn"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    user_id: str
+    request_id: str
+    major: int = 6
+
+
+@dataclass(slots=True)
+class TurnPlan:
+    message_id: str
+    book: ApprovalBook
+    new_message: types.Content | None = None
+    state_delta: dict[str, Any] = field(default_factory=dict)
+    pre_chunks: list[c.Chunk] = field(default_factory=list)
+    awaiting_client: list[str] = field(default_factory=list)
+    # Function responses appended to the session without running the model ("deny and stop").
+    interrupt_responses: list[types.Part] = field(default_factory=list)
+    interrupted: bool = False
+    turn: dict[str, int] = field(default_factory=lambda: {"asks": 0, "continuations": 0})
+
+
+def _new_message_id() -> str:
+    return f"msg-{uuid.uuid4().hex}"
+
+
+def _new_approval_id() -> str:
+    return f"apr-{secrets.token_urlsafe(18)}"
+
+
+class ChatService:
+    def __init__(
+        self,
+        host: AgentHost,
+        registry: Registry,
+        streams: StreamStore,
+        *,
+        approval_timeout_s: float = 0.0,
+        stream_max_bytes: int = 8 * 1024 * 1024,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.host = host
+        self.registry = registry
+        self.streams = streams
+        self.approval_timeout_s = approval_timeout_s
+        self.stream_max_bytes = stream_max_bytes
+        self.metrics = metrics or Metrics()
+
+    # --- entry point -----------------------------------------------------------------------
+
+    async def start(self, request: ChatRequest, ctx: RequestContext, conn: Connection) -> ChatRun:
+        """Plans and starts a run. Raises a `GatewayError` before anything is streamed."""
+        key: ChatKey = (ctx.user_id, request.id)
+        stream_log = StreamLog(key=key, max_bytes=self.stream_max_bytes)
+        run = await self.registry.claim(key, conn, stream_log)
+        try:
+            plan = await self._plan(request, ctx)
+        except BaseException:
+            self.registry.release_unstarted(run)
+            raise
+        self.streams.add(stream_log)
+        self.metrics.runs_started.inc()
+        self.registry.start(run, self._execute(run, plan, ctx, request.id))
+        return run
+
+    # --- planning --------------------------------------------------------------------------
+
+    async def _plan(self, request: ChatRequest, ctx: RequestContext) -> TurnPlan:
+        last = request.messages[-1]
+        if last.role == "assistant":
+            return await self._plan_continuation(request, ctx, last)
+        if last.role != "user":
+            raise BadRequest("The last message must come from the user or the assistant.")
+        return await self._plan_new_turn(request, ctx, last)
+
+    async def _plan_new_turn(self, request: ChatRequest, ctx: RequestContext, last: UIMessage) -> TurnPlan:
+        user, chat = ctx.user_id, request.id
+        prior = request.messages[:-1]
+        prior_user_ids = [m.id for m in prior if m.role == "user"]
+        session = await self.host.get_session(user, chat)
+        if session is None:
+            session = await self.host.create_session(user, chat)
+            if prior:
+                await self.host.import_history(session, prior)
+            turns = prior_user_ids
+        else:
+            turns = list(session.state.get(TURNS_STATE_KEY) or [])
+            rebuild = (
+                request.trigger == "regenerate-message" or last.id in turns or turns != prior_user_ids
+            )
+            if rebuild:
+                log.info("session_rebuilt", chat_id=chat, reason=request.trigger)
+                session = await self.host.reset_session(user, chat)
+                if prior:
+                    await self.host.import_history(session, prior)
+                turns = prior_user_ids
+        book = ApprovalBook.from_state(session.state.get(APPROVALS_STATE_KEY))
+        for abandoned in book.abandon_all():
+            log.info("approval_abandoned", chat_id=chat, tool_call_id=abandoned.tool_call_id)
+        plan = TurnPlan(message_id=_new_message_id(), book=book, new_message=ui_message_content(last))
+        plan.state_delta = {
+            APPROVALS_STATE_KEY: book.to_state(),
+            TURNS_STATE_KEY: [*turns, last.id],
+            TURN_STATE_KEY: dict(plan.turn),
+        }
+        return plan
+
+    async def _plan_continuation(
+        self, request: ChatRequest, ctx: RequestContext, last: UIMessage
+    ) -> TurnPlan:
+        user, chat = ctx.user_id, request.id
+        session = await self.host.get_session(user, chat)
+        if session is None:
+            raise ContinuationRefused("This chat has nothing waiting for an answer.")
+        book = ApprovalBook.from_state(session.state.get(APPROVALS_STATE_KEY))
+        turn = dict(session.state.get(TURN_STATE_KEY) or {"asks": 0, "continuations": 0})
+        plan = TurnPlan(message_id=last.id, book=book, turn=turn)
+        responses: list[types.Part] = []
+        stop_requested = False
+        now = time.time()
+        expired = {r.tool_call_id for r in book.expired(now, self.approval_timeout_s)}
+
+        try:
+            answers = self._answers(last.tool_parts(), book)
+        except ApprovalRefused as exc:
+            self.metrics.approvals_refused.inc()
+            log.warning("approval_refused", chat_id=chat, approval_id=exc.approval_id, reason=exc.reason)
+            raise ApprovalInvalid(detail=str(exc)) from None
+        if not answers:
+            raise ContinuationRefused()
+        if turn.get("continuations", 0) + 1 > max(turn.get("asks", 0), 1):
+            log.warning("continuation_refused", chat_id=chat, turn=turn)
+            raise ContinuationRefused("More continuations than questions asked in this turn.")
+        turn["continuations"] = turn.get("continuations", 0) + 1
+
+        for part, record, decision in answers:
+            if record.tool_call_id in expired:
+                book.settle(record.tool_call_id, CallEvent.FAIL)
+                plan.pre_chunks.append(c.ToolOutputError(toolCallId=record.tool_call_id,
+                                                         errorText="The approval timed out."))
+                if record.confirmation_id:
+                    responses.append(_confirmation_response(record.confirmation_id, confirmed=False))
+                else:
+                    responses.append(_tool_response(record, {"error": "The approval timed out."}))
+                continue
+            if decision is not None:
+                if record.state is CallState.APPROVAL_REQUESTED:
+                    record = book.respond(record.approval_id or "", record.tool_call_id, decision)
+                self.metrics.approvals_answered.labels(decision=decision.value).inc()
+                if decision is Decision.DENY_AND_STOP:
+                    stop_requested = True
+                    continue
+            if stop_requested:
+                continue
+            self._answer(plan, responses, part, record, decision)
+
+        if stop_requested:
+            self._interrupt(plan, book)
+        else:
+            plan.new_message = types.Content(role="user", parts=responses) if responses else None
+        plan.state_delta = {APPROVALS_STATE_KEY: book.to_state(), TURN_STATE_KEY: turn}
+        return plan
+
+    def _answers(
+        self, parts: list[ToolPart], book: ApprovalBook
+    ) -> list[tuple[ToolPart, CallRecord, Decision | None]]:
+        """Pairs each tool part the client answered with the gateway's record of that call."""
+        answers: list[tuple[ToolPart, CallRecord, Decision | None]] = []
+        for part in parts:
+            record = book.calls.get(part.toolCallId)
+            if part.state == "approval-responded":
+                if part.approval is None or part.approval.approved is None:
+                    raise BadRequest("An approval-responded part needs approval.id and approval.approved.")
+                record = book.check(part.approval.id, part.toolCallId)
+                answers.append((part, record, decision_from_response(part.approval.approved, part.approval.reason)))
+            elif part.state in ("output-available", "output-error") and record is not None and record.browser:
+                if record.state is CallState.APPROVAL_REQUESTED:
+                    approval = part.approval
+                    if approval is None or approval.approved is not True:
+                        raise ApprovalRefused("unapproved", record.approval_id or "")
+                    record = book.check(approval.id, part.toolCallId)
+                    answers.append((part, record, decision_from_response(True, approval.reason)))
+                elif record.state in (CallState.INPUT_AVAILABLE, CallState.APPROVAL_RESPONDED):
+                    answers.append((part, record, None))
+        return answers
+
+    def _answer(
+        self,
+        plan: TurnPlan,
+        responses: list[types.Part],
+        part: ToolPart,
+        record: CallRecord,
+        decision: Decision | None,
+    ) -> None:
+        book = plan.book
+        approved = decision is None or decision.approved
+        if record.confirmation_id is not None:  # a server tool confirmed through ADK
+            responses.append(_confirmation_response(record.confirmation_id, confirmed=approved))
+            return
+        if not approved:  # a denied browser tool: the model hears ADK's usual rejection
+            book.settle(record.tool_call_id, CallEvent.DENY)
+            plan.pre_chunks.append(c.ToolOutputDenied(toolCallId=record.tool_call_id))
+            responses.append(_tool_response(record, {"error": REJECTED_TEXT}))
+            return
+        if part.state == "output-available":
+            book.settle(record.tool_call_id, CallEvent.OUTPUT)
+            output = part.output if isinstance(part.output, dict) else {"result": part.output}
+            responses.append(_tool_response(record, output))
+        elif part.state == "output-error":
+            book.settle(record.tool_call_id, CallEvent.FAIL)
+            responses.append(_tool_response(record, {"error": part.errorText or "The browser tool failed."}))
+        else:  # approved, not run yet: tell the browser to run it now
+            plan.pre_chunks.append(
+                c.ToolInputAvailable(toolCallId=record.tool_call_id, toolName=record.tool_name, input=part.input)
+            )
+            plan.awaiting_client.append(record.tool_call_id)
+            plan.turn["asks"] = plan.turn.get("asks", 0) + 1
+
+    def _interrupt(self, plan: TurnPlan, book: ApprovalBook) -> None:
+        """Deny and stop: every open call of the turn ends with the interrupt result, no model call."""
+        plan.interrupted = True
+        for record in book.pending():
+            with _ignore_illegal():
+                if record.state is CallState.APPROVAL_REQUESTED:
+                    record = book.respond(record.approval_id or "", record.tool_call_id, Decision.DENY_AND_STOP)
+                book.settle(record.tool_call_id, CallEvent.DENY if record.state is CallState.APPROVAL_RESPONDED
+                            else CallEvent.FAIL)
+            plan.pre_chunks.append(c.ToolOutputDenied(toolCallId=record.tool_call_id))
+            plan.interrupt_responses.append(_tool_response(record, {"error": interrupt_result()}))
+
+    # --- running ---------------------------------------------------------------------------
+
+    async def _execute(self, run: ChatRun, plan: TurnPlan, ctx: RequestContext, chat_id: str) -> None:
+        book = plan.book
+        refused = frozenset(name for name, p in book.permissions.items() if p is Permission.NEVER)
+        converter = ResponseConverter(
+            message_id=plan.message_id, tool_kinds=self.host.tool_kind, refused_tools=refused
+        )
+        emit = run.log.append
+        turn = plan.turn
+        structlog.contextvars.bind_contextvars(chat_id=chat_id, request_id=ctx.request_id)
+        started = time.monotonic()
+        outcome = "ok"
+        try:
+            for chunk in [*converter.start(), *plan.pre_chunks]:
+                emit(chunk.to_wire())
+            for call_id in plan.awaiting_client:
+                converter.await_client(call_id)
+            if plan.interrupted:
+                await self._append_interrupts(ctx.user_id, chat_id, plan)
+                await self._save(ctx.user_id, chat_id, book, turn)
+                for chunk in converter.finish("interrupted"):
+                    emit(chunk.to_wire())
+                return
+            if plan.new_message is not None:
+                events = self.host.run(ctx.user_id, chat_id, plan.new_message, state_delta=plan.state_delta)
+                async for event in events:
+                    self._convert(event, converter, book, turn, emit)
+            elif plan.state_delta:
+                await self.host.save_state(ctx.user_id, chat_id, plan.state_delta)
+            await self._save(ctx.user_id, chat_id, book, turn)
+            for chunk in converter.finish():
+                emit(chunk.to_wire())
+        except LlmCallsLimitExceededError:
+            outcome = "limit"
+            log.warning("llm_call_limit", chat_id=chat_id, limit=self.host.max_llm_calls)
+            await self._save_quietly(ctx.user_id, chat_id, book, turn)
+            for chunk in converter.finish("length", {"finishDetail": "max_llm_calls"}):
+                emit(chunk.to_wire())
+        except asyncio.CancelledError:
+            outcome = "stopped"
+            emit(c.Abort(reason="stopped").to_wire())
+            raise
+        except Exception as exc:
+            outcome = "error"
+            log.exception("run_failed", chat_id=chat_id, error=repr(exc))
+            await self._save_quietly(ctx.user_id, chat_id, book, turn)
+            for chunk in converter.error("The agent failed while answering."):
+                emit(chunk.to_wire())
+        finally:
+            if converter.errored and outcome == "ok":
+                outcome = "model_error"
+            run.log.close()
+            self.metrics.runs_finished.labels(outcome=outcome).inc()
+            self.metrics.run_seconds.observe(time.monotonic() - started)
+            structlog.contextvars.unbind_contextvars("chat_id", "request_id")
+
+    def _convert(
+        self,
+        event: Event,
+        converter: ResponseConverter,
+        book: ApprovalBook,
+        turn: dict[str, int],
+        emit: Any,
+    ) -> None:
+        result = converter.convert(event)
+        for chunk in result.chunks:
+            self._settle_from_chunk(book, chunk)
+            emit(chunk.to_wire())
+        for effect in result.effects:
+            if isinstance(effect, NeedsApproval):
+                record = book.track(effect.tool_call_id, effect.tool_name, browser=effect.browser)
+                if effect.browser and book.permission(effect.tool_name) is Permission.ALWAYS:
+                    turn["asks"] = turn.get("asks", 0) + 1
+                    if effect.browser:
+                        emit(c.ToolApprovalResponse(approvalId=_new_approval_id(), approved=True,
+                                                    reason="always").to_wire())
+                    continue
+                if record.state is not CallState.INPUT_AVAILABLE:
+                    continue
+                approval_id = _new_approval_id()
+                book.request_approval(
+                    effect.tool_call_id, approval_id, now=time.time(), confirmation_id=effect.confirmation_id
+                )
+                turn["asks"] = turn.get("asks", 0) + 1
+                self.metrics.approvals_issued.inc()
+                emit(c.ToolApprovalRequest(approvalId=approval_id, toolCallId=effect.tool_call_id).to_wire())
+            elif isinstance(effect, BrowserCall):
+                book.track(effect.tool_call_id, effect.tool_name, browser=True)
+                turn["asks"] = turn.get("asks", 0) + 1
+
+    @staticmethod
+    def _settle_from_chunk(book: ApprovalBook, chunk: c.Chunk) -> None:
+        events: dict[type[c.Chunk], CallEvent] = {
+            c.ToolOutputAvailable: CallEvent.OUTPUT,
+            c.ToolOutputDenied: CallEvent.DENY,
+            c.ToolOutputError: CallEvent.FAIL,
+        }
+        event = events.get(type(chunk))
+        call_id = getattr(chunk, "toolCallId", None)
+        if event is None or call_id not in book.calls:
+            return
+        with _ignore_illegal():
+            book.settle(call_id, event)
+
+    async def _append_interrupts(self, user: str, chat: str, plan: TurnPlan) -> None:
+        if not plan.interrupt_responses:
+            return
+        session = await self.host.get_session(user, chat)
+        if session is None:
+            return
+        event = Event(
+            invocation_id=f"interrupt-{uuid.uuid4().hex[:12]}",
+            author=self.host.root_agent.name,
+            content=types.Content(role="user", parts=plan.interrupt_responses),
+            timestamp=time.time(),
+        )
+        await self.host.session_service.append_event(session, event)
+
+    async def _save(self, user: str, chat: str, book: ApprovalBook, turn: dict[str, int]) -> None:
+        await self.host.save_state(user, chat, {APPROVALS_STATE_KEY: book.to_state(), TURN_STATE_KEY: turn})
+
+    async def _save_quietly(self, user: str, chat: str, book: ApprovalBook, turn: dict[str, int]) -> None:
+        try:
+            await self._save(user, chat, book, turn)
+        except Exception as exc:
+            log.warning("state_save_failed", chat_id=chat, error=repr(exc))
+
+
+class _ignore_illegal:
+    """Outcome bookkeeping after the fact must not fail a run whose chunks are already sent."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        return exc_type is not None and issubclass(exc_type, InvalidTransition)
+
+
+def _confirmation_response(confirmation_id: str, *, confirmed: bool) -> types.Part:
+    return types.Part(
+        function_response=types.FunctionResponse(
+            name="adk_request_confirmation", id=confirmation_id, response={"confirmed": confirmed}
+        )
+    )
+
+
+def _tool_response(record: CallRecord, response: dict[str, Any]) -> types.Part:
+    return types.Part(
+        function_response=types.FunctionResponse(name=record.tool_name, id=record.tool_call_id, response=response)
+    )

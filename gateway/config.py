@@ -1,0 +1,179 @@
+"""Settings: every field is a CLI flag (`--field-name`) and an env variable (`ADK_GATEWAY_FIELD_NAME`).
+
+Precedence: flag > environment > default. Values are validated at start; a wrong value stops the
+process with one clear line naming the setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+__all__ = ["ENV_PREFIX", "Settings", "SettingsError", "load_settings"]
+
+ENV_PREFIX = "ADK_GATEWAY_"
+
+
+class SettingsError(ValueError):
+    """A setting has a wrong value; the message names it and says what is allowed."""
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = Field(default="127.0.0.1", description="Address to listen on.")
+    port: int = Field(default=8080, ge=0, le=65535, description="Port to listen on (0 picks a free one).")
+    agent: str = Field(
+        default="demo",
+        description="Agent to serve: 'demo', 'package.module:attribute', or an ADK agents folder "
+        "(as `adk web` takes it; the first app, or FOLDER:APP).",
+    )
+    model: str = Field(
+        default="",
+        description="Model for the demo agent: 'scripted' (offline) or a Gemini model name. "
+        "Empty: Gemini (gemini-2.5-flash) when GOOGLE_API_KEY is set, else scripted.",
+    )
+    session_store: str = Field(
+        default="memory://",
+        description="ADK session store: memory://, sqlite:///path/to.db, or postgresql://user@host/db.",
+    )
+    stream_store: str = Field(
+        default="memory://",
+        description="Where resumable streams are kept: memory:// (one process) or redis://host:port/db.",
+    )
+    log_format: Literal["json", "console"] = Field(default="console", description="Log format.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Log level.")
+    user_header: str = Field(
+        default="x-user-id",
+        description="Request header (or WebSocket frame header) naming the user; absent: 'anonymous'.",
+    )
+    detach_on_disconnect: bool = Field(
+        default=False,
+        description="Keep a run going when its client disconnects (resume mode); stop it with "
+        "POST /api/chat/{id}/stop or the socket's abort.",
+    )
+    approval_timeout_s: float = Field(
+        default=0.0, ge=0, description="Seconds after which an unanswered approval ends as an error (0: off)."
+    )
+    max_llm_calls: int = Field(default=25, ge=1, le=1000, description="Model calls allowed per run.")
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, description="Largest POST body.")
+    max_ws_frame_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, description="Largest WebSocket frame.")
+    keepalive_s: float = Field(default=15.0, gt=0, le=300, description="Idle SSE comment interval.")
+    ws_heartbeat_s: float = Field(default=25.0, gt=0, le=300, description="WebSocket ping interval.")
+    busy_grace_ms: int = Field(
+        default=300, ge=0, le=10_000, description="How long a POST for a busy chat waits before 409."
+    )
+    resume_retention_s: float = Field(
+        default=30.0, ge=0, description="How long a finished stream stays resumable."
+    )
+    stream_buffer_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=1024, description="Largest resumable stream kept per chat."
+    )
+    allowed_origins: str = Field(
+        default="",
+        description="Comma-separated Origins allowed to open the WebSocket; empty: same host only. "
+        "'*' allows any (not recommended).",
+    )
+    vad_silence_ms: int = Field(
+        default=700, ge=100, le=10_000, description="Hands-free live mode: silence that ends an utterance."
+    )
+    vad_threshold_dbfs: float = Field(default=-45.0, le=0, description="Hands-free live mode: speech level.")
+    shutdown_timeout_s: float = Field(default=5.0, ge=0, description="Grace for open streams at shutdown.")
+    web_dir: str = Field(default="", description="Folder with the built chat page (default: web/dist).")
+
+    @field_validator("session_store")
+    @classmethod
+    def _session_store(cls, value: str) -> str:
+        allowed = ("memory://", "sqlite://", "sqlite+aiosqlite://", "postgresql://", "postgresql+asyncpg://")
+        if not value.startswith(allowed):
+            raise ValueError("must start with memory://, sqlite:/// or postgresql://")
+        return value
+
+    @field_validator("stream_store")
+    @classmethod
+    def _stream_store(cls, value: str) -> str:
+        if not value.startswith(("memory://", "redis://", "rediss://")):
+            raise ValueError("must be memory:// or redis://host:port/db")
+        return value
+
+    @field_validator("agent")
+    @classmethod
+    def _agent(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value.strip()
+
+    @property
+    def origins(self) -> frozenset[str]:
+        return frozenset(o.strip().rstrip("/") for o in self.allowed_origins.split(",") if o.strip())
+
+    def effective_model(self, env: Mapping[str, str] | None = None) -> str:
+        env = os.environ if env is None else env
+        if self.model:
+            return self.model
+        return "gemini-2.5-flash" if env.get("GOOGLE_API_KEY") else "scripted"
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off", ""}:
+        return False
+    raise ValueError(f"not a boolean: {raw!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="adk-gateway",
+        description="Serve Google ADK agents to Vercel AI SDK chat frontends.",
+        epilog=f"Every flag can also be set as an environment variable {ENV_PREFIX}<NAME>.",
+    )
+    for name, info in Settings.model_fields.items():
+        env = ENV_PREFIX + name.upper()
+        help_text = f"{info.description} [env {env}; default {info.default!r}]"
+        if info.annotation is bool:
+            parser.add_argument(_flag(name), dest=name, default=None, action=argparse.BooleanOptionalAction,
+                                help=help_text)
+        else:
+            parser.add_argument(_flag(name), dest=name, default=None, help=help_text)
+    return parser
+
+
+def load_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Builds settings from flags and the environment.
+
+    Raises:
+        SettingsError: a value is wrong; the message names the flag and the variable.
+    """
+    env = os.environ if env is None else env
+    args = build_parser().parse_args(argv)
+    raw: dict[str, Any] = {}
+    for name, info in Settings.model_fields.items():
+        value = getattr(args, name)
+        if value is None:
+            value = env.get(ENV_PREFIX + name.upper())
+        if value is None:
+            continue
+        if info.annotation is bool and isinstance(value, str):
+            try:
+                value = _parse_bool(value)
+            except ValueError as exc:
+                raise SettingsError(f"{_flag(name)} / {ENV_PREFIX}{name.upper()}: {exc}") from None
+        raw[name] = value
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            name = str(error["loc"][0]) if error["loc"] else "?"
+            problems.append(f"{_flag(name)} / {ENV_PREFIX}{name.upper()}: {error['msg']} (got {error.get('input')!r})")
+        raise SettingsError("invalid settings: " + "; ".join(problems)) from None

@@ -1,0 +1,23 @@
+"""Every typed app key of the gateway."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from agents.adk import AgentHost
+    from gateway.chat import ChatService
+    from gateway.config import Settings
+    from gateway.metrics import Metrics
+    from gateway.registry import Registry
+
+__all__ = ["HOST", "METRICS", "REGISTRY", "SERVICE", "SETTINGS", "SOCKETS"]
+
+SETTINGS: web.AppKey["Settings"] = web.AppKey("settings")
+METRICS: web.AppKey["Metrics"] = web.AppKey("metrics")
+HOST: web.AppKey["AgentHost"] = web.AppKey("agent_host")
+REGISTRY: web.AppKey["Registry"] = web.AppKey("registry")
+SERVICE: web.AppKey["ChatService"] = web.AppKey("chat_service")
+SOCKETS: web.AppKey["set[web.WebSocketResponse]"] = web.AppKey("sockets")

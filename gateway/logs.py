@@ -1,0 +1,38 @@
+"""structlog set-up: JSON or console lines, with context (connection, chat, request ids) bound
+per task through `structlog.contextvars`."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+__all__ = ["configure_logging", "get_logger"]
+
+
+def configure_logging(fmt: str = "console", level: str = "info") -> None:
+    log_level = getattr(logging, level.upper(), logging.INFO)
+    shared: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(log_level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+    # Route the standard library's loggers (aiohttp, ADK) through the same level; ADK is chatty.
+    logging.basicConfig(level=max(log_level, logging.WARNING), stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
+    for noisy in ("google_adk", "google.adk", "google_genai", "aiohttp.access"):
+        logging.getLogger(noisy).setLevel(max(log_level, logging.WARNING))
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    logger: structlog.stdlib.BoundLogger = structlog.get_logger(name)
+    return logger

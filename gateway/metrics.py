@@ -1,0 +1,38 @@
+"""Prometheus metrics of one app, in their own registry (no module globals; tests build many apps)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["Metrics"]
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("adk_gateway_requests", "Chat requests by transport", ["transport"], registry=r)
+        self.request_errors = Counter(
+            "adk_gateway_request_errors", "Requests refused before streaming", ["code"], registry=r
+        )
+        self.runs_started = Counter("adk_gateway_runs_started", "Agent runs started", registry=r)
+        self.runs_finished = Counter("adk_gateway_runs_finished", "Agent runs ended", ["outcome"], registry=r)
+        self.run_seconds = Histogram(
+            "adk_gateway_run_seconds", "Agent run duration",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60), registry=r,
+        )
+        self.approvals_issued = Counter("adk_gateway_approvals_issued", "Approvals asked", registry=r)
+        self.approvals_answered = Counter(
+            "adk_gateway_approvals_answered", "Approvals answered", ["decision"], registry=r
+        )
+        self.approvals_refused = Counter(
+            "adk_gateway_approvals_refused", "Forged, foreign or replayed approvals", registry=r
+        )
+        self.connections = Gauge("adk_gateway_connections", "Open connections", ["kind"], registry=r)
+        self.active_runs = Gauge("adk_gateway_active_runs", "Runs in progress", registry=r)
+        self.ws_frames_refused = Counter(
+            "adk_gateway_ws_frames_refused", "WebSocket frames refused", ["reason"], registry=r
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
