@@ -1,0 +1,461 @@
+// Drives the real AI SDK chat client (ai 6 or ai 7) against a running gateway.
+//
+//   node driver.mjs < scenario.json        (or: node driver.mjs scenario.json)
+//
+// Prints one JSON result on stdout. Exit code 0 when a result was printed (check
+// `ok`), 2 when the scenario itself is invalid. See README.md for the format.
+import { readFileSync } from 'node:fs';
+import { register } from 'node:module';
+import { pathToFileURL, fileURLToPath } from 'node:url';
+import path from 'node:path';
+import WebSocket from 'ws';
+import { Recorder } from './recorder.mjs';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const WEB_SRC = path.resolve(HERE, '../../web/src');
+const DEFAULT_WS6_MODULE = path.join(WEB_SRC, 'ws-transport.js');
+const PAGE_PREDICATE_MODULE = path.join(WEB_SRC, 'predicates.js');
+
+const KINDS = {
+  sse6: { pkg: 'ai6', transport: 'sse' },
+  sse7: { pkg: 'ai7', transport: 'sse' },
+  ws: { pkg: 'ai7', transport: 'ws' },
+  ws7: { pkg: 'ai7', transport: 'ws' },
+  ws6: { pkg: 'ai6', transport: 'ws6' },
+};
+
+const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+
+class ScenarioError extends Error {}
+
+// ---------------------------------------------------------------------------
+// A headless chat: AbstractChat with in-memory state, like the SDK's own tests
+// and like @ai-sdk/react's ReactChatState (snapshots on write).
+
+class MemoryChatState {
+  constructor(messages = []) {
+    this.status = 'ready';
+    this.error = undefined;
+    this.messages = messages;
+  }
+
+  snapshot = value => structuredClone(value);
+
+  pushMessage = message => {
+    this.messages = this.messages.concat(this.snapshot(message));
+  };
+
+  popMessage = () => {
+    this.messages = this.messages.slice(0, -1);
+  };
+
+  replaceMessage = (index, message) => {
+    this.messages = [
+      ...this.messages.slice(0, index),
+      this.snapshot(message),
+      ...this.messages.slice(index + 1),
+    ];
+  };
+}
+
+function headlessChatClass(AbstractChat) {
+  return class HeadlessChat extends AbstractChat {
+    constructor({ messages, ...init }) {
+      super({ ...init, state: new MemoryChatState(messages) });
+    }
+  };
+}
+
+// ---------------------------------------------------------------------------
+
+function toolNameOf(part) {
+  if (part.type === 'dynamic-tool') return part.toolName;
+  return part.type.startsWith('tool-') ? part.type.slice('tool-'.length) : undefined;
+}
+
+function toolParts(messages, toolCallId) {
+  return messages.flatMap(m =>
+    m.parts.filter(p => toolNameOf(p) !== undefined && p.toolCallId === toolCallId),
+  );
+}
+
+class Run {
+  constructor(scenario, ai, { WsTransport6, pagePredicate } = {}) {
+    this.scenario = scenario;
+    this.ai = ai;
+    this.kind = KINDS[scenario.kind];
+    this.started = Date.now();
+    this.inflight = new Set();
+    this.driverErrors = [];
+    this.toolCalls = [];
+    this.finishes = [];
+    this.ranTools = new Set();
+    this.recorder = new Recorder({
+      schema: ai.asSchema(ai.uiMessageChunkSchema),
+      maxRequests: scenario.maxRequests ?? 10,
+      includeChunks: scenario.includeChunks ?? true,
+    });
+    this.recorder.onLoop = () => {
+      // Stop whatever is running; the guard already refused the extra request.
+      setTimeout(() => this.chat.stop().catch(() => {}), 0);
+    };
+
+    const transport = this.makeTransport(WsTransport6);
+    this.transport = transport;
+    const Chat = headlessChatClass(ai.AbstractChat);
+    const sdkPredicate = o =>
+      ai.lastAssistantMessageIsCompleteWithApprovalResponses(o) ||
+      ai.lastAssistantMessageIsCompleteWithToolCalls(o);
+    const predicates = { sdk: sdkPredicate, page: pagePredicate, none: undefined };
+    this.chat = new Chat({
+      id: scenario.chatId,
+      messages: scenario.messages ?? [],
+      transport,
+      sendAutomaticallyWhen: predicates[scenario.predicate ?? 'sdk'],
+      onToolCall: ({ toolCall }) => this.onToolCall(toolCall),
+      onFinish: ({ isAbort, isDisconnect, isError, finishReason }) =>
+        this.finishes.push({ isAbort, isDisconnect, isError, finishReason }),
+    });
+  }
+
+  makeTransport(WsTransport6) {
+    const { scenario, ai } = this;
+    const base = (scenario.baseUrl ?? 'http://127.0.0.1:8080').replace(/\/$/, '');
+    const common = { headers: scenario.headers ?? {}, body: scenario.body ?? {} };
+    if (this.kind.transport === 'sse') {
+      return new ai.DefaultChatTransport({
+        ...common,
+        api: scenario.api ?? `${base}/api/chat`,
+        fetch: this.recorder.fetch(),
+      });
+    }
+    const url = scenario.wsUrl ?? `${base.replace(/^http/, 'ws')}/api/chat/ws`;
+    const RecordingWebSocket = this.recorder.webSocket(WebSocket);
+    const Transport = this.kind.transport === 'ws' ? ai.WebSocketChatTransport : WsTransport6;
+    // v7 names the option `webSocket`; the ai 6 port may name it `WebSocket`.
+    return new Transport({ ...common, url, webSocket: RecordingWebSocket, WebSocket: RecordingWebSocket });
+  }
+
+  /** Runs a browser tool when it may: approved, or configured as not needing approval. */
+  onToolCall(toolCall) {
+    const config = this.scenario.browserTools?.[toolCall.toolName];
+    const parts = toolParts(this.chat.messages, toolCall.toolCallId);
+    const approved = parts.some(p => p.approval?.approved === true);
+    const record = {
+      toolName: toolCall.toolName,
+      toolCallId: toolCall.toolCallId,
+      input: toolCall.input,
+      approved,
+    };
+    this.toolCalls.push(record);
+    if (config == null) {
+      record.action = 'unconfigured';
+    } else if ((config.needsApproval ?? true) && !approved) {
+      record.action = 'deferred'; // wait for the approval and the re-announcement
+    } else if (this.ranTools.has(toolCall.toolCallId)) {
+      record.action = 'repeat'; // announced again after it already ran: not run twice
+    } else {
+      record.action = 'ran';
+      this.ranTools.add(toolCall.toolCallId);
+      const result =
+        config.errorText != null
+          ? { state: 'output-error', errorText: config.errorText }
+          : { output: config.output ?? null };
+      // Not awaited: onToolCall runs inside the chat's serial job queue.
+      this.track(
+        this.chat.addToolOutput({ tool: toolCall.toolName, toolCallId: toolCall.toolCallId, ...result }),
+        'addToolOutput',
+      );
+    }
+  }
+
+  track(promise, what) {
+    const tracked = Promise.resolve(promise).catch(error => {
+      this.driverErrors.push(`${what}: ${error?.message ?? error}`);
+    });
+    this.inflight.add(tracked);
+    tracked.finally(() => this.inflight.delete(tracked));
+    return tracked;
+  }
+
+  busy() {
+    const { chat } = this;
+    return (
+      chat.status === 'submitted' ||
+      chat.status === 'streaming' ||
+      chat.activeResponse != null ||
+      this.inflight.size > 0
+    );
+  }
+
+  /** Waits until the chat has been ready/error, with nothing in flight, for `quietMs`. */
+  async waitIdle({ quietMs = 150 } = {}) {
+    let quietSince;
+    for (;;) {
+      if (this.busy()) {
+        quietSince = undefined;
+      } else {
+        quietSince ??= Date.now();
+        if (Date.now() - quietSince >= quietMs) return;
+      }
+      await sleep(10);
+    }
+  }
+
+  pendingApprovals(toolName) {
+    const parts = this.chat.messages.flatMap(m => m.parts);
+    return parts.filter(
+      p =>
+        p.state === 'approval-requested' &&
+        toolNameOf(p) !== undefined &&
+        (toolName == null || toolNameOf(p) === toolName),
+    );
+  }
+
+  async stopAfter(chunks) {
+    const startIndex = this.recorder.requests.length;
+    // The response to watch: the one streaming now, or the next one.
+    const current = this.recorder.requests.findLast(r => !r.done);
+    const target = () => current ?? this.recorder.requests[startIndex];
+    const reached = new Promise(resolve => {
+      const check = () => {
+        const entry = target();
+        if (entry != null && entry.chunks.length >= chunks) resolve(entry);
+      };
+      this.recorder.chunkListeners.add(check);
+      check();
+      this.reachedCleanup = () => this.recorder.chunkListeners.delete(check);
+    });
+    const ended = (async () => {
+      await sleep(50);
+      await this.waitIdle();
+    })();
+    const entry = await Promise.race([reached, ended]);
+    this.reachedCleanup();
+    if (entry == null) {
+      const got = target()?.chunks.length ?? 0;
+      throw new ScenarioError(`stopAfter: the response ended after ${got} chunks, before ${chunks}`);
+    }
+    entry.stoppedAfterChunks = entry.chunks.length;
+    await this.chat.stop();
+  }
+
+  async step(step) {
+    const { chat } = this;
+    const options = {};
+    if (step.headers) options.headers = step.headers;
+    if (step.body) options.body = step.body;
+    switch (step.type) {
+      case 'send':
+        if (step.wait !== false) await this.waitIdle();
+        this.track(chat.sendMessage({ text: step.text }, options), 'sendMessage');
+        await sleep(0);
+        return;
+      case 'approve': {
+        await this.waitIdle();
+        const pending = this.pendingApprovals(step.toolName);
+        const part = pending[step.approvalIndex ?? 0];
+        if (part == null) {
+          throw new ScenarioError(
+            `approve: no pending approval` +
+              (step.toolName ? ` for ${step.toolName}` : '') +
+              ` (pending: ${pending.length})`,
+          );
+        }
+        await chat.addToolApprovalResponse({
+          id: part.approval.id,
+          approved: step.approved ?? true,
+          ...(step.reason !== undefined ? { reason: step.reason } : {}),
+        });
+        await sleep(0);
+        return;
+      }
+      case 'continue': // sendMessage() without a message: posts the history as it is
+        if (step.wait !== false) await this.waitIdle();
+        this.track(chat.sendMessage(undefined, options), 'sendMessage()');
+        await sleep(0);
+        return;
+      case 'waitIdle':
+        await this.waitIdle(step);
+        return;
+      case 'stopAfter':
+        await this.stopAfter(step.chunks ?? 1);
+        return;
+      case 'stop':
+        await chat.stop();
+        return;
+      case 'resume':
+        if (step.wait !== false) await this.waitIdle();
+        this.track(chat.resumeStream(options), 'resumeStream');
+        await sleep(0);
+        return;
+      case 'regenerate':
+        await this.waitIdle();
+        this.track(
+          chat.regenerate({ ...(step.messageId ? { messageId: step.messageId } : {}), ...options }),
+          'regenerate',
+        );
+        await sleep(0);
+        return;
+      case 'sleep':
+        await sleep(step.ms ?? 0);
+        return;
+      default:
+        throw new ScenarioError(`unknown step type ${JSON.stringify(step.type)}`);
+    }
+  }
+
+  async execute() {
+    for (const [i, step] of (this.scenario.steps ?? []).entries()) {
+      if (this.recorder.loop) break;
+      try {
+        await this.step(step);
+      } catch (error) {
+        this.driverErrors.push(`step ${i} (${step.type}): ${error?.message ?? error}`);
+        break;
+      }
+    }
+    await this.waitIdle();
+    // Let the recorder finish reading bodies/frames (bounded: an aborted body may linger).
+    await Promise.race([Promise.allSettled([...this.recorder.pending]), sleep(2000)]);
+  }
+
+  result({ timedOut = false } = {}) {
+    const { chat, recorder } = this;
+    const requests = recorder.summary();
+    const count = kind => requests.filter(r => r.kind === kind).length;
+    const counts = {
+      posts: count('post'),
+      gets: count('get'),
+      wsSends: count('ws-send'),
+      wsResumes: count('ws-resume'),
+      wsAborts: requests.filter(r => r.abortSent).length,
+    };
+    counts.sends = counts.posts + counts.wsSends;
+    const ok =
+      !timedOut && !recorder.loop && recorder.validationErrors.length === 0 && this.driverErrors.length === 0;
+    return {
+      ok,
+      kind: this.scenario.kind,
+      chatId: chat.id,
+      status: chat.status,
+      error: chat.error ? String(chat.error.message ?? chat.error) : null,
+      errorStatusCode: chat.error?.statusCode ?? null,
+      messages: chat.messages,
+      requests,
+      counts,
+      validationErrors: recorder.validationErrors,
+      loop: recorder.loop,
+      timedOut,
+      toolCalls: this.toolCalls,
+      finishes: this.finishes,
+      wsEvents: recorder.wsEvents,
+      driverErrors: this.driverErrors,
+      durationMs: Date.now() - this.started,
+    };
+  }
+
+  async close() {
+    try {
+      await Promise.race([this.chat.stop(), sleep(500)]);
+      this.transport.close?.();
+    } catch {
+      // closing is best effort
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+async function readScenario() {
+  const arg = process.argv[2];
+  const text = arg ? readFileSync(arg, 'utf8') : readFileSync(0, 'utf8');
+  const scenario = JSON.parse(text);
+  if (KINDS[scenario.kind] == null) {
+    throw new ScenarioError(`kind must be one of ${Object.keys(KINDS).join(', ')}`);
+  }
+  if (!['sdk', 'page', 'none', undefined].includes(scenario.predicate)) {
+    throw new ScenarioError('predicate must be sdk, page or none');
+  }
+  return scenario;
+}
+
+/**
+ * Makes bare imports in web/src (the chat page's modules) resolve from here, with
+ * `ai` meaning the client package under test (ai6 or ai7): one copy of the SDK per
+ * run, and no need for web/node_modules.
+ */
+function redirectWebImports(pkg) {
+  const hooks = `
+    const webSrc = ${JSON.stringify(pathToFileURL(WEB_SRC).href + '/')};
+    const here = ${JSON.stringify(import.meta.url)};
+    export async function resolve(specifier, context, next) {
+      const bare = !specifier.startsWith('.') && !specifier.startsWith('/') && !specifier.includes(':');
+      if (bare && context.parentURL?.startsWith(webSrc)) {
+        const target = specifier === 'ai' ? ${JSON.stringify(pkg)} : specifier;
+        return next(target, { ...context, parentURL: here });
+      }
+      return next(specifier, context);
+    }`;
+  register(`data:text/javascript,${encodeURIComponent(hooks)}`);
+}
+
+async function importExport(modulePath, name) {
+  const module = await import(pathToFileURL(path.resolve(modulePath)).href);
+  if (typeof module[name] !== 'function') {
+    throw new ScenarioError(`${modulePath} does not export ${name}`);
+  }
+  return module[name];
+}
+
+async function loadClient(scenario) {
+  const { pkg, transport } = KINDS[scenario.kind];
+  redirectWebImports(pkg);
+  const client = { ai: await import(pkg) };
+  if (transport === 'ws6') {
+    const modulePath = scenario.wsTransportModule ?? DEFAULT_WS6_MODULE;
+    client.WsTransport6 = await importExport(modulePath, 'WebSocketChatTransport');
+  }
+  if (scenario.predicate === 'page') {
+    client.pagePredicate = await importExport(PAGE_PREDICATE_MODULE, 'sendAutomaticallyWhen');
+  }
+  return client;
+}
+
+function emit(result, code = 0) {
+  process.stdout.write(JSON.stringify(result) + '\n', () => process.exit(code));
+}
+
+async function main() {
+  let scenario;
+  let client;
+  try {
+    scenario = await readScenario();
+    client = await loadClient(scenario);
+  } catch (error) {
+    emit({ ok: false, driverErrors: [`setup: ${error?.message ?? error}`] }, 2);
+    return;
+  }
+  const run = new Run(scenario, client.ai, client);
+  const timeoutMs = scenario.timeoutMs ?? 20000;
+  const timer = setTimeout(() => {
+    run.driverErrors.push(`scenario timed out after ${timeoutMs} ms`);
+    for (const entry of run.recorder.requests.filter(r => !r.done)) {
+      const last = entry.chunks[entry.chunks.length - 1]?.type ?? 'none';
+      run.driverErrors.push(
+        `request ${entry.index} (${entry.kind}) still open after ${entry.chunks.length} chunks (last: ${last})`,
+      );
+    }
+    emit(run.result({ timedOut: true }));
+  }, timeoutMs);
+  try {
+    await run.execute();
+  } catch (error) {
+    run.driverErrors.push(`driver: ${error?.stack ?? error}`);
+  }
+  clearTimeout(timer);
+  await run.close();
+  emit(run.result());
+}
+
+main();
