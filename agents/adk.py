@@ -22,12 +22,12 @@ from typing import Any
 
 from google.adk.agents import BaseAgent, LlmAgent
 from google.adk.agents.live_request_queue import LiveRequestQueue
-from google.adk.agents.run_config import RunConfig, StreamingMode
+from google.adk.agents.run_config import RunConfig, StreamingMode  # type: ignore[attr-defined]
 from google.adk.apps import App
 from google.adk.events import Event, EventActions
 from google.adk.runners import Runner
 from google.adk.sessions import BaseSessionService, InMemorySessionService, Session
-from google.adk.tools import BaseTool
+from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
 from agents.tools import PermissionPlugin, tool_kind
@@ -65,7 +65,7 @@ def _agent_from_module_attr(spec: str) -> BaseAgent | App:
 def _agent_from_folder(spec: str) -> BaseAgent | App:
     folder_text, _, app_name = spec.partition("::") if "::" in spec else (spec, "", "")
     folder = Path(folder_text).resolve()
-    if (folder / "agent.py").is_file() or (folder / "__init__.py").is_file() and not app_name:
+    if (folder / "agent.py").is_file() or ((folder / "__init__.py").is_file() and not app_name):
         app_name, folder = folder.name, folder.parent
     if not app_name:
         apps = sorted(p.name for p in folder.iterdir() if p.is_dir() and (p / "agent.py").is_file())
@@ -100,7 +100,7 @@ def load_agent(spec: str, model: str) -> BaseAgent | App:
 
 def session_service_from_uri(uri: str) -> BaseSessionService:
     if uri.startswith("memory://"):
-        return InMemorySessionService()  # type: ignore[no-untyped-call]
+        return InMemorySessionService()
     if uri.startswith(("sqlite://", "sqlite+aiosqlite://")):
         from google.adk.sessions.sqlite_session_service import SqliteSessionService
 
@@ -167,15 +167,15 @@ class AgentHost:
         plugin = PermissionPlugin()
         if isinstance(agent, App):
             app = agent.model_copy(update={"plugins": [*agent.plugins, plugin]})
+            if not isinstance(app.root_agent, BaseAgent):
+                raise AgentLoadError("the App's root_agent must be an ADK agent")
             self.root_agent: BaseAgent = app.root_agent
             self.app_name = app.name
             self.runner = Runner(app=app, session_service=session_service)
         else:
             self.root_agent = agent
             self.app_name = agent.name
-            self.runner = Runner(
-                app_name=agent.name, agent=agent, session_service=session_service, plugins=[plugin]
-            )
+            self.runner = Runner(app_name=agent.name, agent=agent, session_service=session_service, plugins=[plugin])
         self.session_service = session_service
         self.max_llm_calls = max_llm_calls
         self._tools: dict[str, BaseTool] = {}
@@ -201,9 +201,7 @@ class AgentHost:
         return await self.session_service.get_session(app_name=self.app_name, user_id=user_id, session_id=chat_id)
 
     async def create_session(self, user_id: str, chat_id: str) -> Session:
-        return await self.session_service.create_session(
-            app_name=self.app_name, user_id=user_id, session_id=chat_id
-        )
+        return await self.session_service.create_session(app_name=self.app_name, user_id=user_id, session_id=chat_id)
 
     async def reset_session(self, user_id: str, chat_id: str) -> Session:
         if await self.get_session(user_id, chat_id) is not None:
@@ -228,31 +226,57 @@ class AgentHost:
         for message in messages:
             invocation_id = f"import-{uuid.uuid4().hex[:12]}"
             if message.role == "user":
-                await self._append(session, Event(invocation_id=invocation_id, author="user",
-                                                  content=ui_message_content(message)))
+                await self._append(
+                    session, Event(invocation_id=invocation_id, author="user", content=ui_message_content(message))
+                )
                 continue
             if message.role != "assistant":
                 continue
-            text_parts = [types.Part(text=str(p.get("text"))) for p in message.parts
-                          if p.get("type") == "text" and p.get("text")]
+            text_parts = [
+                types.Part(text=str(p.get("text"))) for p in message.parts if p.get("type") == "text" and p.get("text")
+            ]
             calls, responses = [], []
             for tool in message.tool_parts():
                 args = tool.input if isinstance(tool.input, dict) else {}
-                calls.append(types.Part(function_call=types.FunctionCall(id=tool.toolCallId, name=tool.tool_name,
-                                                                         args=args)))
+                calls.append(
+                    types.Part(function_call=types.FunctionCall(id=tool.toolCallId, name=tool.tool_name, args=args))
+                )
                 response = _tool_response(tool)
                 if response is not None:
-                    responses.append(types.Part(function_response=types.FunctionResponse(
-                        id=tool.toolCallId, name=tool.tool_name, response=json.loads(json.dumps(response, default=str)))))
+                    responses.append(
+                        types.Part(
+                            function_response=types.FunctionResponse(
+                                id=tool.toolCallId,
+                                name=tool.tool_name,
+                                response=json.loads(json.dumps(response, default=str)),
+                            )
+                        )
+                    )
             if calls:
-                await self._append(session, Event(invocation_id=invocation_id, author=agent_name,
-                                                  content=types.Content(role="model", parts=calls)))
+                await self._append(
+                    session,
+                    Event(
+                        invocation_id=invocation_id, author=agent_name, content=types.Content(role="model", parts=calls)
+                    ),
+                )
             if responses:
-                await self._append(session, Event(invocation_id=invocation_id, author=agent_name,
-                                                  content=types.Content(role="user", parts=responses)))
+                await self._append(
+                    session,
+                    Event(
+                        invocation_id=invocation_id,
+                        author=agent_name,
+                        content=types.Content(role="user", parts=responses),
+                    ),
+                )
             if text_parts:
-                await self._append(session, Event(invocation_id=invocation_id, author=agent_name,
-                                                  content=types.Content(role="model", parts=text_parts)))
+                await self._append(
+                    session,
+                    Event(
+                        invocation_id=invocation_id,
+                        author=agent_name,
+                        content=types.Content(role="model", parts=text_parts),
+                    ),
+                )
 
     async def _append(self, session: Session, event: Event) -> None:
         event.timestamp = time.time()

@@ -13,7 +13,7 @@ import hashlib
 from typing import Any
 
 from google.adk.agents import LlmAgent
-from google.adk.tools import FunctionTool
+from google.adk.tools.function_tool import FunctionTool
 
 import agents.scripted  # noqa: F401  (registers the `scripted` model with ADK)
 from agents.tools import BrowserTool

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from google.adk.plugins import BasePlugin
-from google.adk.tools import BaseTool, FunctionTool, LongRunningFunctionTool
+from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.function_tool import FunctionTool
+from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.adk.tools.tool_confirmation import ToolConfirmation
 
 from gateway.approval import Permission, permanently_denied_text

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import structlog
@@ -33,9 +32,10 @@ def _stream_store(settings: Settings) -> StreamStore:
     if settings.stream_store.startswith(("redis://", "rediss://")):
         from gateway.redis_streams import RedisStreamStore
 
-        return RedisStreamStore(
+        store: StreamStore = RedisStreamStore(
             settings.stream_store, retention_s=settings.resume_retention_s, max_bytes=settings.stream_buffer_bytes
         )
+        return store
     return MemoryStreamStore(retention_s=settings.resume_retention_s, max_bytes=settings.stream_buffer_bytes)
 
 
@@ -74,7 +74,9 @@ async def _close_sockets(app: web.Application) -> None:
 
 
 @web.middleware
-async def _errors(request: web.Request, handler: web.Handler) -> web.StreamResponse:
+async def _errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
     try:
         return await handler(request)
     except GatewayError as exc:
@@ -126,7 +128,7 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
     app = web.Application(middlewares=[_errors], client_max_size=settings.max_body_bytes + 1024)
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
-    app[SOCKETS] = weakref.WeakSet()  # type: ignore[assignment]
+    app[SOCKETS] = set()
     if host is not None:
         app[HOST] = host
     app.cleanup_ctx.append(_agent_context)

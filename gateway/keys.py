@@ -15,9 +15,9 @@ if TYPE_CHECKING:
 
 __all__ = ["HOST", "METRICS", "REGISTRY", "SERVICE", "SETTINGS", "SOCKETS"]
 
-SETTINGS: web.AppKey["Settings"] = web.AppKey("settings")
-METRICS: web.AppKey["Metrics"] = web.AppKey("metrics")
-HOST: web.AppKey["AgentHost"] = web.AppKey("agent_host")
-REGISTRY: web.AppKey["Registry"] = web.AppKey("registry")
-SERVICE: web.AppKey["ChatService"] = web.AppKey("chat_service")
-SOCKETS: web.AppKey["set[web.WebSocketResponse]"] = web.AppKey("sockets")
+SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
+HOST: web.AppKey[AgentHost] = web.AppKey("agent_host")
+REGISTRY: web.AppKey[Registry] = web.AppKey("registry")
+SERVICE: web.AppKey[ChatService] = web.AppKey("chat_service")
+SOCKETS: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("sockets")

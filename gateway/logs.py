@@ -28,7 +28,9 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
         cache_logger_on_first_use=False,
     )
     # Route the standard library's loggers (aiohttp, ADK) through the same level; ADK is chatty.
-    logging.basicConfig(level=max(log_level, logging.WARNING), stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=max(log_level, logging.WARNING), stream=sys.stderr, format="%(name)s %(levelname)s %(message)s"
+    )
     for noisy in ("google_adk", "google.adk", "google_genai", "aiohttp.access"):
         logging.getLogger(noisy).setLevel(max(log_level, logging.WARNING))
 

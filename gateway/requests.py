@@ -175,6 +175,40 @@ class LiveImageFrame(_Loose):
     data: str = Field(min_length=1)  # base64
 
 
+class LiveApprovalFrame(_Loose):
+    """Live extension: answers a `tool-approval-request` of a live turn."""
+
+    type: Literal["live-approval"]
+    requestId: str = Field(min_length=1, max_length=256)
+    approvalId: str = Field(min_length=1, max_length=256)
+    approved: bool
+    reason: str | None = Field(default=None, max_length=2_000)
+
+
+class LiveToolOutputFrame(_Loose):
+    """Live extension: a browser tool's result (or error) for a live turn."""
+
+    type: Literal["live-tool-output"]
+    requestId: str = Field(min_length=1, max_length=256)
+    toolCallId: str = Field(min_length=1, max_length=256)
+    output: Any = None
+    errorText: str | None = Field(default=None, max_length=10_000)
+
+
+LIVE_FRAME_TYPES = frozenset(
+    {
+        "live-start",
+        "live-activity-start",
+        "live-activity-end",
+        "live-interrupt",
+        "live-stop",
+        "live-text",
+        "live-image",
+        "live-approval",
+        "live-tool-output",
+    }
+)
+
 ClientFrame = Annotated[
     SendFrame
     | ResumeFrame
@@ -182,7 +216,9 @@ ClientFrame = Annotated[
     | LiveStartFrame
     | LiveControlFrame
     | LiveTextFrame
-    | LiveImageFrame,
+    | LiveImageFrame
+    | LiveApprovalFrame
+    | LiveToolOutputFrame,
     Field(discriminator="type"),
 ]
 

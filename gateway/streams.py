@@ -3,7 +3,9 @@
 How it works: a run appends wire chunks (plain JSON dicts, in the v7 chunk set) to its chat's
 `StreamLog`. A finished log stays resumable for
 `retention_s` only while no client has received its end (a client that dropped just before the
-end can still fetch it); once one has, resume answers "nothing active". Readers — the request that started the run, an SSE resume GET, a WebSocket `resume`
+end can still fetch it); once one has, resume answers "nothing active".
+
+Readers — the request that started the run, an SSE resume GET, a WebSocket `resume`
 frame — `follow()` the log from any sequence number: they get what is already there, then wait
 for more until the log is closed. A log over its byte budget stops being replayable (readers
 that are already following keep going; new resumes get "nothing active").

@@ -1,9 +1,398 @@
-"""WebSocket transport (placeholder until the frame protocol lands)."""
+"""The WebSocket transport: `GET /api/chat/ws`, the frame protocol of ai 7's `WebSocketChatTransport`.
+
+Frames in: `send`, `resume`, `abort` (plus the live extension: `live-*` frames and binary PCM).
+Frames out: `start`, `chunk{requestId, sequence}`, `end`, `error{requestId, errorText, code}`,
+`no-active`. Many requests share one socket and are told apart by `requestId`.
+
+How it works: one `SocketSession` per socket reads frames in the handler's task. Each `send`
+plans and starts a run through the chat service (the same path as SSE) and spawns a delivery task
+owned by the socket's registry connection; each `resume` spawns a delivery from the chat's
+stream log. When the socket closes — by the client, a failed heartbeat, or shutdown — leaving
+the registry connection stops every run it started (unless runs detach on disconnect), ends a
+live session, and cancels and awaits every delivery task.
+
+Bad frames: a frame that is not JSON, of an unknown type, or with wrong field types gets an
+`error` frame (with its `requestId` when one can be read) and the socket stays open; after
+`MAX_BAD_FRAMES` bad frames the socket is closed with 1008. Oversized frames are closed by
+aiohttp with 1009. Other sockets are never affected.
+"""
 
 from __future__ import annotations
 
-from aiohttp import web
+import asyncio
+import base64
+import binascii
+import json
+import uuid
+from typing import TYPE_CHECKING, Any, Final
+
+import structlog
+from aiohttp import WSCloseCode, WSMsgType, web
+from pydantic import ValidationError
+
+from gateway import encoding
+from gateway.approval import ApprovalRefused
+from gateway.chat import RequestContext
+from gateway.errors import GatewayError, OriginRefused
+from gateway.keys import SERVICE, SETTINGS, SOCKETS
+from gateway.registry import ChatRun, Connection
+from gateway.requests import (
+    LIVE_FRAME_TYPES,
+    AbortFrame,
+    ClientFrame,
+    LiveApprovalFrame,
+    LiveControlFrame,
+    LiveImageFrame,
+    LiveStartFrame,
+    LiveTextFrame,
+    LiveToolOutputFrame,
+    ResumeFrame,
+    SendFrame,
+    parse_frame,
+)
+from transports.base import Transport, deliver
+from transports.sse import client_major, user_id_of
+
+if TYPE_CHECKING:
+    from gateway.live import LiveSession
+
+    from gateway.chat import ChatService
+    from gateway.config import Settings
+
+__all__ = ["SocketSession", "WebSocketRequestTransport", "chat_socket", "origin_allowed"]
+
+log = structlog.get_logger("transports.websocket")
+
+MAX_BAD_FRAMES: Final = 10
+
+
+class WebSocketRequestTransport(Transport):
+    """Carries one request's chunks over a shared socket."""
+
+    def __init__(self, socket: SocketSession, request_id: str, major: int, first_sequence: int = 0) -> None:
+        self.socket = socket
+        self.request_id = request_id
+        self.major = major
+        self.sequence = first_sequence
+
+    async def open(self) -> None:
+        await self.socket.send(encoding.ws_start(self.request_id))
+
+    async def send(self, sequence: int, chunk: dict[str, Any]) -> None:
+        # Number chunks per request as sent (not as logged): a client sees no gap even when a
+        # chunk was dropped for an ai 6 client.
+        await self.socket.send(encoding.ws_chunk(self.request_id, self.sequence, chunk))
+        self.sequence += 1
+
+    async def keepalive(self) -> None:
+        """Idle sockets are kept alive by WebSocket pings (aiohttp's heartbeat)."""
+
+    async def close(self) -> None:
+        await self.socket.send(encoding.ws_end(self.request_id))
+
+
+def origin_allowed(request: web.Request, allowed: frozenset[str]) -> bool:
+    """Exact-match Origin allowlist; without one, only the page's own host. No Origin: not a
+    browser, allowed (browsers always send Origin on a WebSocket handshake)."""
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return True
+    origin = origin.rstrip("/")
+    if "*" in allowed:
+        return True
+    if allowed:
+        return origin in allowed
+    host = request.headers.get("Host", "")
+    return origin.split("://", 1)[-1] == host
+
+
+class SocketSession:
+    """One socket's requests; see the module docstring."""
+
+    def __init__(
+        self,
+        ws: web.WebSocketResponse,
+        conn: Connection,
+        service: ChatService,
+        settings: Settings,
+        request: web.Request,
+    ) -> None:
+        self.ws = ws
+        self.conn = conn
+        self.service = service
+        self.settings = settings
+        self.http_request = request
+        self.deliveries: dict[str, asyncio.Task[Any]] = {}
+        self.runs: dict[str, ChatRun] = {}
+        self.live: LiveSession | None = None
+        self.live_request_id: str | None = None
+        self.live_sequence = 0
+        self.bad_frames = 0
+        self._send_lock = asyncio.Lock()
+
+    async def send(self, text: str) -> None:
+        async with self._send_lock:
+            if not self.ws.closed:
+                await self.ws.send_str(text)
+
+    async def serve(self) -> None:
+        async for message in self.ws:
+            if message.type is WSMsgType.TEXT:
+                await self._on_text(message.data)
+            elif message.type is WSMsgType.BINARY:
+                await self._on_binary(message.data)
+            elif message.type is WSMsgType.ERROR:
+                log.info("socket_error", error=repr(self.ws.exception()))
+                break
+            if self.bad_frames >= MAX_BAD_FRAMES:
+                await self.ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"too many bad frames")
+                break
+
+    # --- frames ----------------------------------------------------------------------------
+
+    async def _bad_frame(self, request_id: str | None, text: str, code: str, reason: str) -> None:
+        self.bad_frames += 1
+        self.service.metrics.ws_frames_refused.labels(reason=reason).inc()
+        log.info("frame_refused", request_id=request_id, code=code, detail=text)
+        await self.send(encoding.ws_error(request_id, text, code))
+
+    async def _on_text(self, data: str) -> None:
+        try:
+            raw = json.loads(data)
+        except json.JSONDecodeError:
+            await self._bad_frame(None, "The frame is not JSON.", "invalid_json", "not_json")
+            return
+        request_id = raw.get("requestId") if isinstance(raw, dict) else None
+        request_id = request_id if isinstance(request_id, str) else None
+        if not isinstance(raw, dict):
+            await self._bad_frame(None, "The frame must be a JSON object.", "invalid_frame", "not_object")
+            return
+        frame_type = raw.get("type")
+        known = {"send", "resume", "abort", *LIVE_FRAME_TYPES}
+        if frame_type not in known:
+            await self._bad_frame(request_id, f"Unknown frame type {str(frame_type)[:40]!r}.", "unknown_type",
+                                  "unknown_type")
+            return
+        try:
+            frame = parse_frame(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"][1:]) or "frame"
+            await self._bad_frame(request_id, f"Invalid {frame_type} frame at '{where}': {first['msg']}.",
+                                  "invalid_frame", "invalid_fields")
+            return
+        await self._dispatch(frame)
+
+    async def _dispatch(self, frame: ClientFrame) -> None:
+        if isinstance(frame, SendFrame):
+            await self._on_send(frame)
+        elif isinstance(frame, ResumeFrame):
+            await self._on_resume(frame)
+        elif isinstance(frame, AbortFrame):
+            await self._on_abort(frame)
+        else:
+            await self._on_live(frame)
+
+    def _context(self, headers: dict[str, str], body: dict[str, Any], request_id: str) -> RequestContext:
+        merged = {k.lower(): v for k, v in self.http_request.headers.items()}
+        merged.update({k.lower(): v for k, v in headers.items()})
+        return RequestContext(
+            user_id=user_id_of(merged, self.settings.user_header.lower(), body),
+            request_id=request_id,
+            major=client_major(merged),
+        )
+
+    async def _on_send(self, frame: SendFrame) -> None:
+        if frame.requestId in self.deliveries:
+            await self._bad_frame(frame.requestId, "This requestId is already in use.", "duplicate_request",
+                                  "duplicate")
+            return
+        self.service.metrics.requests.labels(transport="ws").inc()
+        ctx = self._context(frame.headers, frame.body, frame.requestId)
+        try:
+            run = await self.service.start(frame.chat_request(), ctx, self.conn)
+        except ValidationError as exc:
+            await self._bad_frame(frame.requestId, f"Invalid send frame: {exc.errors()[0]['msg']}.",
+                                  "invalid_frame", "invalid_fields")
+            return
+        except GatewayError as exc:
+            self.service.metrics.request_errors.labels(code=exc.error_code).inc()
+            log.info("request_refused", code=exc.error_code, detail=exc.detail, request_id=frame.requestId)
+            await self.send(encoding.ws_error(frame.requestId, exc.message, exc.error_code))
+            return
+        self.runs[frame.requestId] = run
+        transport = WebSocketRequestTransport(self, frame.requestId, ctx.major)
+        self._deliver(frame.requestId, run, transport, start=0)
+
+    async def _on_resume(self, frame: ResumeFrame) -> None:
+        ctx = self._context(frame.headers, frame.body, frame.requestId)
+        stream_log = self.service.streams.resumable((ctx.user_id, frame.id))
+        if stream_log is None:
+            await self.send(encoding.ws_no_active(frame.requestId))
+            return
+        start = 0 if frame.lastSequence is None else frame.lastSequence + 1
+        run = self.service.registry.active_run((ctx.user_id, frame.id))
+        if run is not None:
+            self.runs[frame.requestId] = run
+        transport = WebSocketRequestTransport(self, frame.requestId, ctx.major, first_sequence=start)
+        self._deliver(frame.requestId, run, transport, start=start, stream_log=stream_log)
+
+    def _deliver(
+        self,
+        request_id: str,
+        run: ChatRun | None,
+        transport: WebSocketRequestTransport,
+        *,
+        start: int,
+        stream_log: Any = None,
+    ) -> None:
+        source = stream_log if stream_log is not None else run.log if run is not None else None
+        if source is None:
+            return
+
+        async def delivery() -> None:
+            try:
+                await transport.open()
+                await deliver(source, transport, start=start, keepalive_s=3600)
+            finally:
+                self.deliveries.pop(request_id, None)
+                self.runs.pop(request_id, None)
+
+        self.deliveries[request_id] = self.conn.spawn(delivery(), f"deliver:{request_id}")
+
+    async def _on_abort(self, frame: AbortFrame) -> None:
+        run = self.runs.get(frame.requestId)
+        if run is not None:
+            log.info("abort", request_id=frame.requestId, chat_id=run.key[1])
+            await run.stop()
+        elif frame.requestId == self.live_request_id and self.live is not None:
+            self.live.stop()
+
+    # --- live extension --------------------------------------------------------------------
+
+    async def _emit_live(self, request_id: str, wire: dict[str, Any]) -> None:
+        await self.send(encoding.ws_chunk(request_id, self.live_sequence, wire))
+        self.live_sequence += 1
+
+    async def _on_live(self, frame: ClientFrame) -> None:
+        if isinstance(frame, LiveStartFrame):
+            await self._start_live(frame)
+            return
+        live = self.live
+        if live is None or frame.requestId != self.live_request_id:
+            await self._bad_frame(frame.requestId, "No live session with this requestId.", "no_live_session",
+                                  "no_live")
+            return
+        try:
+            if isinstance(frame, LiveTextFrame):
+                live.send_text(frame.text)
+            elif isinstance(frame, LiveImageFrame):
+                try:
+                    data = base64.b64decode(frame.data, validate=True)
+                except (binascii.Error, ValueError):
+                    await self._bad_frame(frame.requestId, "live-image data is not base64.", "invalid_frame",
+                                          "invalid_fields")
+                    return
+                live.send_image(frame.mediaType, data)
+            elif isinstance(frame, LiveApprovalFrame):
+                live.answer_approval(frame.approvalId, frame.approved, frame.reason)
+            elif isinstance(frame, LiveToolOutputFrame):
+                live.tool_output(frame.toolCallId, frame.output, frame.errorText)
+            elif isinstance(frame, LiveControlFrame):
+                if frame.type == "live-activity-start":
+                    live.activity_start()
+                elif frame.type == "live-activity-end":
+                    live.activity_end()
+                elif frame.type == "live-interrupt":
+                    live.interrupt()
+                else:
+                    live.stop()
+        except ApprovalRefused as exc:
+            self.service.metrics.approvals_refused.inc()
+            await self.send(encoding.ws_error(frame.requestId, "This approval was not issued for this live "
+                                              "session, or was already answered.", "approval_invalid"))
+            log.warning("approval_refused", approval_id=exc.approval_id, reason=exc.reason)
+
+    async def _start_live(self, frame: LiveStartFrame) -> None:
+        if self.live is not None:
+            await self._bad_frame(frame.requestId, "A live session is already open on this socket.",
+                                  "live_busy", "live_busy")
+            return
+        from gateway.live import LiveSession
+
+        ctx = self._context(frame.headers, frame.body, frame.requestId)
+        request_id = frame.requestId
+
+        async def emit(wire: dict[str, Any]) -> None:
+            await self._emit_live(request_id, wire)
+
+        live = LiveSession(
+            self.service.host,
+            user_id=ctx.user_id,
+            chat_id=frame.id,
+            emit=emit,
+            input_rate=frame.sampleRate,
+            hands_free=frame.handsFree,
+            vad_silence_ms=self.settings.vad_silence_ms,
+            vad_threshold_dbfs=self.settings.vad_threshold_dbfs,
+            approval_timeout_s=self.settings.approval_timeout_s,
+            major=ctx.major,
+        )
+        self.live, self.live_request_id, self.live_sequence = live, request_id, 0
+        await self.send(encoding.ws_start(request_id))
+
+        async def run_live() -> None:
+            try:
+                await live.run()
+            except Exception as exc:
+                log.exception("live_failed", error=repr(exc))
+                await self.send(encoding.ws_error(request_id, "The live session failed.", "live_failed"))
+            else:
+                await self.send(encoding.ws_end(request_id))
+            finally:
+                if self.live is live:
+                    self.live, self.live_request_id = None, None
+
+        self.conn.spawn(run_live(), f"live:{request_id}")
+
+    async def _on_binary(self, data: bytes) -> None:
+        live = self.live
+        if live is None:
+            await self._bad_frame(None, "Binary frames are live audio; open a live session first.",
+                                  "no_live_session", "binary_without_live")
+            return
+        from gateway.pcm import PcmFormatError
+
+        try:
+            live.send_audio(data)
+        except PcmFormatError as exc:
+            await self._bad_frame(self.live_request_id, str(exc), "invalid_audio", "invalid_audio")
 
 
 async def chat_socket(request: web.Request) -> web.StreamResponse:
-    raise web.HTTPNotImplemented()
+    settings = request.app[SETTINGS]
+    service = request.app[SERVICE]
+    if not origin_allowed(request, settings.origins):
+        log.warning("origin_refused", origin=request.headers.get("Origin"), peer=request.remote)
+        error = OriginRefused()
+        return web.json_response(error.body(), status=error.status)
+    ws = web.WebSocketResponse(
+        heartbeat=settings.ws_heartbeat_s,
+        max_msg_size=settings.max_ws_frame_bytes,
+        compress=False,
+    )
+    await ws.prepare(request)
+    sockets = request.app[SOCKETS]
+    sockets.add(ws)
+    service.metrics.connections.labels(kind="ws").inc()
+    with structlog.contextvars.bound_contextvars(socket_id=uuid.uuid4().hex[:12]):
+        try:
+            async with service.registry.connection("ws") as conn:
+                session = SocketSession(ws, conn, service, settings, request)
+                await session.serve()
+        finally:
+            sockets.discard(ws)
+            service.metrics.connections.labels(kind="ws").dec()
+            if not ws.closed:
+                await ws.close()
+    return ws

@@ -1,0 +1,72 @@
+# Set-up is two commands on a fresh machine: `make run` and `make test`.
+# Everything a test needs (Python packages, Node packages, Chromium, nginx, PostgreSQL, Redis)
+# is installed here; each step is skipped when its result is already present.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+NPM := npm
+APT_PACKAGES := chromium nginx-light redis-server postgresql
+
+.PHONY: run test test-fast lint typecheck bench web system-deps clean help
+
+help:
+	@echo "make run    - set up and start the gateway with the demo agent (scripted model) on 127.0.0.1:8080"
+	@echo "make test   - set up and run every test (unit, integration, end-to-end, browser, services)"
+	@echo "make bench  - run the benchmarks and print figures for BENCHMARKS.md"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+web/node_modules/.package-lock.json: web/package.json web/package-lock.json
+	cd web && $(NPM) ci --no-audit --no-fund --loglevel=error
+
+web/dist/index.html: web/node_modules/.package-lock.json $(wildcard web/src/*) web/index.html web/build.mjs
+	cd web && $(NPM) run --silent build
+
+web: web/dist/index.html
+
+tests/e2e/node_modules/.package-lock.json: tests/e2e/package.json tests/e2e/package-lock.json
+	cd tests/e2e && $(NPM) ci --no-audit --no-fund --loglevel=error
+
+# Debian packages for the browser, proxy and store tests; installed once.
+system-deps:
+	@missing=""; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing="$$missing nginx-light"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo"; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+run: $(STAMP) web
+	$(PY) -m gateway
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check gateway transports agents tests
+	$(VENV)/bin/mypy gateway transports agents
+
+typecheck: lint
+
+test-fast: $(STAMP) web tests/e2e/node_modules/.package-lock.json
+	$(PY) -m pytest -q tests/unit tests/integration
+
+test: $(STAMP) web tests/e2e/node_modules/.package-lock.json system-deps
+	$(VENV)/bin/ruff check gateway transports agents tests
+	$(VENV)/bin/mypy gateway transports agents
+	cd web && $(NPM) test --silent
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) -m tests.bench.run
+
+clean:
+	rm -rf $(VENV) web/node_modules web/dist tests/e2e/node_modules .pytest_cache .mypy_cache .ruff_cache
