@@ -50,7 +50,7 @@ from gateway.approval import (
     decision_from_response,
     interrupt_result,
 )
-from gateway.converter import BrowserCall, NeedsApproval, ResponseConverter
+from gateway.converter import BrowserCall, NeedsApproval, ResponseConverter, message_replay_chunks
 from gateway.errors import ApprovalInvalid, BadRequest, ContinuationRefused
 from gateway.metrics import Metrics
 from gateway.registry import ChatRun, Connection, Registry
@@ -84,6 +84,7 @@ class TurnPlan:
     interrupt_responses: list[types.Part] = field(default_factory=list)
     interrupted: bool = False
     turn: dict[str, int] = field(default_factory=lambda: {"asks": 0, "continuations": 0})
+    replay_prefix: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _new_message_id() -> str:
@@ -124,6 +125,7 @@ class ChatService:
         except BaseException:
             self.registry.release_unstarted(run)
             raise
+        stream_log.replay_prefix = plan.replay_prefix
         self.streams.add(stream_log)
         self.metrics.runs_started.inc()
         self.registry.start(run, self._execute(run, plan, ctx, request.id))
@@ -180,7 +182,7 @@ class ChatService:
             raise ContinuationRefused("This chat has nothing waiting for an answer.")
         book = ApprovalBook.from_state(session.state.get(APPROVALS_STATE_KEY))
         turn = dict(session.state.get(TURN_STATE_KEY) or {"asks": 0, "continuations": 0})
-        plan = TurnPlan(message_id=last.id, book=book, turn=turn)
+        plan = TurnPlan(message_id=last.id, book=book, turn=turn, replay_prefix=message_replay_chunks(last.parts))
         responses: list[types.Part] = []
         stop_requested = False
         now = time.time()

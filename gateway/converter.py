@@ -378,3 +378,64 @@ class ResponseConverter:
                         toolCallId=call_id, output=_json_safe(payload), providerExecuted=provider_executed
                     )
                 )
+
+
+def message_replay_chunks(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chunks that rebuild an assistant message's existing parts (wire dicts).
+
+    A resumed continuation is replayed into an empty message (the AI SDK treats a resume as a full
+    replay), so its tool outputs would refer to calls the client no longer has. Prefixing the
+    replay with these chunks makes it self-contained.
+    """
+    out: list[dict[str, Any]] = []
+    in_step = False
+    for index, part in enumerate(parts):
+        kind = str(part.get("type", ""))
+        pid = f"replay-{index}"
+        if kind == "step-start":
+            if in_step:
+                out.append(c.FinishStep().to_wire())
+            out.append(c.StartStep().to_wire())
+            in_step = True
+        elif kind in ("text", "reasoning"):
+            text = str(part.get("text", ""))
+            if kind == "text":
+                out += [c.TextStart(id=pid).to_wire(), c.TextDelta(id=pid, delta=text).to_wire(),
+                        c.TextEnd(id=pid).to_wire()]
+            else:
+                out += [c.ReasoningStart(id=pid).to_wire(), c.ReasoningDelta(id=pid, delta=text).to_wire(),
+                        c.ReasoningEnd(id=pid).to_wire()]
+        elif kind == "file" and isinstance(part.get("url"), str):
+            out.append(c.File(url=part["url"], mediaType=str(part.get("mediaType", "application/octet-stream")))
+                       .to_wire())
+        elif kind.startswith("tool-") or kind == "dynamic-tool":
+            out += _tool_part_replay(kind, part)
+        elif kind.startswith("data-") and "data" in part:
+            out.append(c.Data(name=kind.removeprefix("data-"), data=part["data"], id=part.get("id")).to_wire())
+    if in_step:
+        out.append(c.FinishStep().to_wire())
+    return out
+
+
+def _tool_part_replay(kind: str, part: dict[str, Any]) -> list[dict[str, Any]]:
+    call_id = part.get("toolCallId")
+    if not isinstance(call_id, str):
+        return []
+    dynamic = kind == "dynamic-tool"
+    name = str(part.get("toolName") if dynamic else kind.removeprefix("tool-"))
+    executed = True if part.get("providerExecuted") is True else None
+    out = [c.ToolInputAvailable(toolCallId=call_id, toolName=name, input=part.get("input"),
+                                providerExecuted=executed, dynamic=True if dynamic else None).to_wire()]
+    approval = part.get("approval")
+    state = part.get("state")
+    if isinstance(approval, dict) and isinstance(approval.get("id"), str):
+        out.append(c.ToolApprovalRequest(approvalId=approval["id"], toolCallId=call_id).to_wire())
+    if state == "output-available":
+        out.append(c.ToolOutputAvailable(toolCallId=call_id, output=part.get("output"),
+                                         providerExecuted=executed).to_wire())
+    elif state == "output-error":
+        out.append(c.ToolOutputError(toolCallId=call_id, errorText=str(part.get("errorText") or "error"),
+                                     providerExecuted=executed).to_wire())
+    elif state == "output-denied":
+        out.append(c.ToolOutputDenied(toolCallId=call_id).to_wire())
+    return out

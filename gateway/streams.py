@@ -10,8 +10,10 @@ frame — `follow()` the log from any sequence number: they get what is already 
 for more until the log is closed. A log over its byte budget stops being replayable (readers
 that are already following keep going; new resumes get "nothing active").
 
-`StreamStore` is the seam for several processes: the in-memory store serves one process; a
-shared store (Redis streams) can implement the same four methods.
+`StreamStore` is the seam for several processes: the in-memory store serves one process; the
+Redis store (`gateway.redis_streams`) lets any process resume a run another process is writing.
+`lookup()` is the resume entry point (async, so a shared store can ask its server);
+`resumable()` only knows this process's logs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,10 +38,29 @@ class StreamLog:
     closed: bool = False
     closed_at: float | None = None
     overflowed: bool = False
-    # Set once some client received the whole response: then it is no longer offered for resume.
-    delivered: bool = False
+    # Chunks that rebuild the message a continuation continues; sent after `start` on a replay.
+    replay_prefix: list[dict[str, Any]] = field(default_factory=list)
     _size: int = 0
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
+    _delivered: bool = False
+    _on_delivered: list[Callable[[StreamLog], None]] = field(default_factory=list, repr=False)
+
+    @property
+    def delivered(self) -> bool:
+        """Set once some client received the whole response: then it is no longer offered for resume."""
+        return self._delivered
+
+    @delivered.setter
+    def delivered(self, value: bool) -> None:
+        first = value and not self._delivered
+        self._delivered = value
+        if first:
+            for callback in list(self._on_delivered):
+                callback(self)
+
+    def when_delivered(self, callback: Callable[[StreamLog], None]) -> None:
+        """Calls `callback(log)` once, when `delivered` first becomes true (a shared store's hook)."""
+        self._on_delivered.append(callback)
 
     def append(self, wire: dict[str, Any]) -> int:
         """Adds one chunk; returns its sequence number."""
@@ -62,9 +83,20 @@ class StreamLog:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def follow(self, start: int = 0) -> AsyncIterator[tuple[int, dict[str, Any]]]:
-        """Yields (sequence, chunk) from `start` on, live, until the log is closed."""
+    async def follow(self, start: int = 0, *, replay: bool = False) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        """Yields (sequence, chunk) from `start` on, live, until the log is closed.
+
+        With `replay` from the beginning, the replay prefix follows the first (`start`) chunk.
+        """
         index = max(0, start)
+        if replay and index == 0 and self.replay_prefix:
+            while not self.chunks and not self.closed:
+                await self._changed.wait()
+            if self.chunks:
+                yield 0, self.chunks[0]
+                index = 1
+            for wire in self.replay_prefix:
+                yield -1, wire
         while True:
             while index < len(self.chunks):
                 yield index, self.chunks[index]
@@ -77,6 +109,7 @@ class StreamLog:
 class StreamStore(Protocol):
     def add(self, log: StreamLog) -> None: ...
     def resumable(self, key: ChatKey) -> StreamLog | None: ...
+    async def lookup(self, key: ChatKey) -> StreamLog | None: ...
     def discard(self, log: StreamLog) -> None: ...
     async def aclose(self) -> None: ...
 
@@ -100,6 +133,10 @@ class MemoryStreamStore:
         if log is None or log.overflowed or (log.closed and log.delivered):
             return None
         return log
+
+    async def lookup(self, key: ChatKey) -> StreamLog | None:
+        """The chat's resumable stream, or None (the resume endpoints' entry point)."""
+        return self.resumable(key)
 
     def discard(self, log: StreamLog) -> None:
         if self._logs.get(log.key) is log:

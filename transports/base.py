@@ -51,14 +51,19 @@ class Transport(abc.ABC):
         """Ends the response normally."""
 
 
-async def deliver(log: StreamLog, transport: Transport, *, start: int = 0, keepalive_s: float = 15.0) -> None:
-    """Sends the log's chunks from `start` on until it is closed, with keep-alives when idle."""
+async def deliver(
+    log: StreamLog, transport: Transport, *, start: int = 0, keepalive_s: float = 15.0, replay: bool = False
+) -> None:
+    """Sends the log's chunks from `start` on until it is closed, with keep-alives when idle.
+
+    `replay`: a resume, which rebuilds a continued message before its new chunks.
+    """
     loop = asyncio.get_running_loop()
     last_sent = loop.time()
 
     async def pump() -> None:
         nonlocal last_sent
-        async for sequence, wire in log.follow(start):
+        async for sequence, wire in log.follow(start, replay=replay):
             adapted = adapt_wire(wire, transport.major)
             if adapted is not None:
                 await transport.send(sequence, adapted)

@@ -121,13 +121,13 @@ async def chat_resume(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     chat_id = request.match_info["chat_id"]
     user_id = user_id_of(request.headers, settings.user_header)
-    stream_log = service.streams.resumable((user_id, chat_id))
+    stream_log = await service.streams.lookup((user_id, chat_id))
     if stream_log is None:
         return web.Response(status=204)
     async with service.registry.connection("sse-resume"):
         transport = SSETransport(request, client_major(request.headers))
         await transport.open()
-        await deliver(stream_log, transport, keepalive_s=settings.keepalive_s)
+        await deliver(stream_log, transport, keepalive_s=settings.keepalive_s, replay=True)
         return transport.response
 
 

@@ -253,7 +253,7 @@ class SocketSession:
         async def delivery() -> None:
             try:
                 await transport.open()
-                await deliver(source, transport, start=start, keepalive_s=3600)
+                await deliver(source, transport, start=start, keepalive_s=3600, replay=stream_log is not None)
             finally:
                 self.deliveries.pop(request_id, None)
                 self.runs.pop(request_id, None)
