@@ -48,7 +48,7 @@ system-deps:
 	fi
 
 run: $(STAMP) web
-	$(PY) -m gateway
+	$(PY) -m gateway $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check gateway transports agents tests

@@ -30,7 +30,7 @@ class Settings(BaseModel):
     agent: str = Field(
         default="demo",
         description="Agent to serve: 'demo', 'package.module:attribute', or an ADK agents folder "
-        "(as `adk web` takes it; the first app, or FOLDER:APP).",
+        "(as `adk web` takes it: the first app, or FOLDER::APP).",
     )
     model: str = Field(
         default="",
