@@ -47,6 +47,7 @@ system-deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
+ARGS ?=
 run: $(STAMP) web
 	$(PY) -m gateway $(ARGS)
 
