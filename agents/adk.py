@@ -55,8 +55,6 @@ def _agent_from_module_attr(spec: str) -> BaseAgent | App:
         if not hasattr(target, name):
             raise AgentLoadError(f"{module_name!r} has no attribute {attr!r}")
         target = getattr(target, name)
-    if callable(target) and not isinstance(target, BaseAgent | App):
-        target = target()
     if not isinstance(target, BaseAgent | App):
         raise AgentLoadError(f"{spec!r} is not an ADK agent or App (got {type(target).__name__})")
     return target
