@@ -33,6 +33,8 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
     )
     for noisy in ("google_adk", "google.adk", "google_genai", "aiohttp.access"):
         logging.getLogger(noisy).setLevel(max(log_level, logging.WARNING))
+    # ADK warns on every partial event that carries no usage metadata, which is all of them.
+    logging.getLogger("google_adk.google.adk.telemetry").setLevel(logging.ERROR)
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:
