@@ -64,7 +64,8 @@ async def _agent_context(app: web.Application) -> AsyncIterator[None]:
 
 async def _close_sockets(app: web.Application) -> None:
     """Shutdown: close every WebSocket with 1001 and stop every run (SSE streams then end)."""
-    sockets = list(app[SOCKETS])
+    open_sockets: set[web.WebSocketResponse] = app[SOCKETS]
+    sockets = list(open_sockets)
     await asyncio.gather(
         *(ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown") for ws in sockets),
         return_exceptions=True,

@@ -39,6 +39,7 @@ from agents.tools import APPROVALS_STATE_KEY
 from gateway import chunks as c
 from gateway.approval import (
     REJECTED_TEXT,
+    TERMINAL,
     ApprovalBook,
     ApprovalRefused,
     CallEvent,
@@ -178,29 +179,48 @@ class ChatService:
     ) -> TurnPlan:
         user, chat = ctx.user_id, request.id
         session = await self.host.get_session(user, chat)
-        if session is None:
-            raise ContinuationRefused("This chat has nothing waiting for an answer.")
-        book = ApprovalBook.from_state(session.state.get(APPROVALS_STATE_KEY))
-        turn = dict(session.state.get(TURN_STATE_KEY) or {"asks": 0, "continuations": 0})
+        # No session for this user and chat: nothing was asked here, so any approval in the
+        # message was issued elsewhere (another user or chat) and is refused as such below.
+        state = session.state if session is not None else {}
+        book = ApprovalBook.from_state(state.get(APPROVALS_STATE_KEY))
+        turn = dict(state.get(TURN_STATE_KEY) or {"asks": 0, "continuations": 0})
         plan = TurnPlan(message_id=last.id, book=book, turn=turn, replay_prefix=message_replay_chunks(last.parts))
         responses: list[types.Part] = []
-        stop_requested = False
-        now = time.time()
-        expired = {r.tool_call_id for r in book.expired(now, self.approval_timeout_s)}
-
+        expired = {r.tool_call_id for r in book.expired(time.time(), self.approval_timeout_s)}
         try:
             answers = self._answers(last.tool_parts(), book)
+            if session is None:
+                raise ContinuationRefused("This chat has nothing waiting for an answer.")
+            if not answers:
+                raise ContinuationRefused()
+            if turn.get("continuations", 0) + 1 > max(turn.get("asks", 0), 1):
+                log.warning("continuation_refused", chat_id=chat, turn=turn)
+                raise ContinuationRefused("More continuations than questions asked in this turn.")
+            turn["continuations"] = turn.get("continuations", 0) + 1
+            # Raises too for the same approval twice in one message.
+            stop_requested = self._apply_answers(plan, responses, answers, expired)
         except ApprovalRefused as exc:
             self.metrics.approvals_refused.inc()
             log.warning("approval_refused", chat_id=chat, approval_id=exc.approval_id, reason=exc.reason)
             raise ApprovalInvalid(detail=str(exc)) from None
-        if not answers:
-            raise ContinuationRefused()
-        if turn.get("continuations", 0) + 1 > max(turn.get("asks", 0), 1):
-            log.warning("continuation_refused", chat_id=chat, turn=turn)
-            raise ContinuationRefused("More continuations than questions asked in this turn.")
-        turn["continuations"] = turn.get("continuations", 0) + 1
 
+        if stop_requested:
+            self._interrupt(plan, book)
+        else:
+            plan.new_message = types.Content(role="user", parts=responses) if responses else None
+        plan.state_delta = {APPROVALS_STATE_KEY: book.to_state(), TURN_STATE_KEY: turn}
+        return plan
+
+    def _apply_answers(
+        self,
+        plan: TurnPlan,
+        responses: list[types.Part],
+        answers: list[tuple[ToolPart, CallRecord, Decision | None]],
+        expired: set[str],
+    ) -> bool:
+        """Turns each answer into function responses and chunks; True when the user chose "deny and stop"."""
+        book = plan.book
+        stop_requested = False
         for part, record, decision in answers:
             if record.tool_call_id in expired:
                 book.settle(record.tool_call_id, CallEvent.FAIL)
@@ -222,12 +242,7 @@ class ChatService:
                 continue
             self._answer(plan, responses, part, record, decision)
 
-        if stop_requested:
-            self._interrupt(plan, book)
-        else:
-            plan.new_message = types.Content(role="user", parts=responses) if responses else None
-        plan.state_delta = {APPROVALS_STATE_KEY: book.to_state(), TURN_STATE_KEY: turn}
-        return plan
+        return stop_requested
 
     def _answers(
         self, parts: list[ToolPart], book: ApprovalBook
@@ -361,19 +376,22 @@ class ChatService:
         turn: dict[str, int],
         emit: Any,
     ) -> None:
+        if event.error_code == LlmCallsLimitExceededError.__name__:
+            # ADK yields the limit as an error event, then raises it: `_execute` ends the response
+            # with finish{length}, which an error chunk here would suppress.
+            return
         result = converter.convert(event)
         for chunk in result.chunks:
+            if self._already_settled(book, chunk):
+                # One outcome per call: e.g. ADK's rejection of a call whose approval timed out,
+                # which the gateway already ended with `tool-output-error`.
+                continue
             self._settle_from_chunk(book, chunk)
             emit(chunk.to_wire())
         for effect in result.effects:
             if isinstance(effect, NeedsApproval):
                 record = book.track(effect.tool_call_id, effect.tool_name, browser=effect.browser)
-                if effect.browser and book.permission(effect.tool_name) is Permission.ALWAYS:
-                    turn["asks"] = turn.get("asks", 0) + 1
-                    if effect.browser:
-                        emit(c.ToolApprovalResponse(approvalId=_new_approval_id(), approved=True,
-                                                    reason="always").to_wire())
-                    continue
+                automatic = effect.browser and book.permission(effect.tool_name) is Permission.ALWAYS
                 if record.state is not CallState.INPUT_AVAILABLE:
                     continue
                 approval_id = _new_approval_id()
@@ -382,10 +400,23 @@ class ChatService:
                 )
                 turn["asks"] = turn.get("asks", 0) + 1
                 self.metrics.approvals_issued.inc()
-                emit(c.ToolApprovalRequest(approvalId=approval_id, toolCallId=effect.tool_call_id).to_wire())
+                emit(c.ToolApprovalRequest(approvalId=approval_id, toolCallId=effect.tool_call_id,
+                                           isAutomatic=True if automatic else None).to_wire())
+                if automatic:
+                    # Decided by the chat's "always", as ai 7's streamText sends it: the request, then
+                    # its answer (which needs the request's id). ai 6 has no tool-approval-response,
+                    # so an ai 6 client is asked again; either answer continues as an approval.
+                    emit(c.ToolApprovalResponse(approvalId=approval_id, approved=True, reason="always").to_wire())
             elif isinstance(effect, BrowserCall):
                 book.track(effect.tool_call_id, effect.tool_name, browser=True)
                 turn["asks"] = turn.get("asks", 0) + 1
+
+    @staticmethod
+    def _already_settled(book: ApprovalBook, chunk: c.Chunk) -> bool:
+        if not isinstance(chunk, c.ToolOutputAvailable | c.ToolOutputDenied | c.ToolOutputError):
+            return False
+        record = book.calls.get(chunk.toolCallId)
+        return record is not None and record.state in TERMINAL
 
     @staticmethod
     def _settle_from_chunk(book: ApprovalBook, chunk: c.Chunk) -> None:

@@ -169,6 +169,7 @@ class ToolApprovalRequest(Chunk):
     type: ClassVar[str] = "tool-approval-request"
     approvalId: str
     toolCallId: str
+    isAutomatic: bool | None = None  # v7 field (ai 6 accepts and ignores extra keys)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -164,7 +164,8 @@ class ResponseConverter:
 
     def convert(self, event: Event) -> ConversionResult:
         result = ConversionResult(self.start())
-        if self._finished or event.author == "user":
+        # After an `error` chunk nothing more is sent (the client stops reading at it).
+        if self._finished or self._errored or event.author == "user":
             return result
         if event.error_code or event.error_message:
             result.chunks += self._close_parts()

@@ -46,12 +46,18 @@ class ChatRun:
     def active(self) -> bool:
         return not self.done.is_set()
 
-    async def stop(self) -> None:
-        """Cancels the run and waits until it has fully ended."""
+    def cancel(self) -> None:
+        """Asks the run to stop, at once (no await); `stop()` also waits until it has ended."""
         self.stopping = True
         task = self.task
         if task is not None and not task.done():
             task.cancel()
+
+    async def stop(self) -> None:
+        """Cancels the run and waits until it has fully ended."""
+        self.cancel()
+        task = self.task
+        if task is not None and not task.done():
             # The caller may itself be cancelled (a disconnect): still wait for the run to end,
             # then let the caller's cancellation go on.
             await asyncio.shield(self.done.wait()) if not self.done.is_set() else None
@@ -98,11 +104,20 @@ class Registry:
     async def _release(self, conn: Connection) -> None:
         try:
             runs = [run for run in conn.runs if run.active and not run.detached]
+            # Cancel everything before the first await: the release itself may be cancelled (a
+            # socket's handler is cancelled when the peer drops the TCP connection right after
+            # the close handshake), and a stop still queued in the gather would then never run.
+            for run in runs:
+                run.cancel()
             for task in list(conn.tasks):
                 task.cancel()
-            results = await asyncio.gather(
-                *(run.stop() for run in runs), *list(conn.tasks), return_exceptions=True
-            )
+            pending = asyncio.gather(*(run.stop() for run in runs), *list(conn.tasks), return_exceptions=True)
+            try:
+                results = await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                # Still wait for the runs and tasks to end, then let the cancellation go on.
+                await asyncio.wait({pending})
+                raise
             for result in results:
                 if isinstance(result, Exception):
                     log.warning("connection_task_failed", error=repr(result))

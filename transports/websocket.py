@@ -54,10 +54,9 @@ from transports.base import Transport, deliver
 from transports.sse import client_major, user_id_of
 
 if TYPE_CHECKING:
-    from gateway.live import LiveSession
-
     from gateway.chat import ChatService
     from gateway.config import Settings
+    from gateway.live import LiveSession
 
 __all__ = ["SocketSession", "WebSocketRequestTransport", "chat_socket", "origin_allowed"]
 
@@ -202,10 +201,15 @@ class SocketSession:
             major=client_major(merged),
         )
 
+    async def _refuse_duplicate(self, request_id: str) -> bool:
+        """Refuses a `send` or `resume` whose requestId names a response still running on this socket."""
+        if request_id not in self.deliveries and request_id != self.live_request_id:
+            return False
+        await self._bad_frame(request_id, "This requestId is already in use.", "duplicate_request", "duplicate")
+        return True
+
     async def _on_send(self, frame: SendFrame) -> None:
-        if frame.requestId in self.deliveries:
-            await self._bad_frame(frame.requestId, "This requestId is already in use.", "duplicate_request",
-                                  "duplicate")
+        if await self._refuse_duplicate(frame.requestId):
             return
         self.service.metrics.requests.labels(transport="ws").inc()
         ctx = self._context(frame.headers, frame.body, frame.requestId)
@@ -225,8 +229,10 @@ class SocketSession:
         self._deliver(frame.requestId, run, transport, start=0)
 
     async def _on_resume(self, frame: ResumeFrame) -> None:
+        if await self._refuse_duplicate(frame.requestId):
+            return
         ctx = self._context(frame.headers, frame.body, frame.requestId)
-        stream_log = self.service.streams.resumable((ctx.user_id, frame.id))
+        stream_log = await self.service.streams.lookup((ctx.user_id, frame.id))
         if stream_log is None:
             await self.send(encoding.ws_no_active(frame.requestId))
             return

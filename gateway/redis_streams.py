@@ -1,0 +1,459 @@
+"""Resumable streams shared through Redis, so a resume works on any gateway process.
+
+Why: behind a load balancer the request that runs a chat (on process A) and the resume that
+follows it after a reload or a network change (`GET /api/chat/{chatId}/stream`, or a WebSocket
+`resume` frame) can land on different processes. The in-memory store only knows its own
+process's runs; this store keeps every run's chunks in Redis as well.
+
+How it works
+------------
+The run itself does not change: `ChatService` still appends wire chunks to an in-process
+`StreamLog`, and the request that started the run still follows that log directly (no Redis
+round trip on the hot path). Redis is written *through* and read by *other* processes:
+
+- Writer (the process that runs the chat). `add(log)` keeps the log locally (a `MemoryStreamStore`
+  with the same retention rules) and starts a *mirror* task: one more follower of the log that
+  copies each chunk to a Redis stream, one entry per chunk (`XADD`, entry id `0-<sequence+1>`,
+  `MAXLEN ~ max_entries`), pipelining whatever accumulated while the previous write was in
+  flight. The mirror never blocks the run: `append()` stays synchronous and in memory, the
+  mirror catches up one round trip later. When the log closes, the mirror adds an end entry
+  (`end=1`), marks the run closed and gives its keys their retention TTL.
+- Reader (any process). `lookup(key)` asks Redis which run is the chat's current one and reads
+  its flags. If that run is this process's own, the local log is returned; otherwise a
+  `RemoteStreamLog`: a `StreamLog` whose chunks are filled by a puller task that reads the
+  Redis stream from its first entry (`XREAD BLOCK`, so it waits for live entries without
+  polling) until the end entry. Because it *is* a `StreamLog`, `deliver()`, `follow(start)`,
+  the replay prefix of a continuation and the sequence numbers behave exactly as for a local
+  log. The puller lives while someone follows the log. (`resumable(key)`, the synchronous
+  protocol method, can only answer from this process's own logs; resume endpoints must use
+  `lookup` to see other processes' runs.)
+- `delivered`: when any process delivers a run's end to a client, the run is flagged
+  `delivered` in Redis (through `StreamLog.when_delivered`), so no process offers it for resume
+  again, as the memory store does. `overflowed` (over `max_bytes`, or over `max_entries` so
+  Redis may have trimmed its start) is flagged the same way: the run is then not resumable.
+
+Keys (all of one chat share a hash tag, so every script touches one cluster slot)::
+
+    {prefix}:{<user>:<chat>}:current        string: the chat's current run id
+    {prefix}:{<user>:<chat>}:<run>:chunks   stream: one entry per chunk, then `end`
+    {prefix}:{<user>:<chat>}:<run>:meta     hash: user, chat, run, closed, delivered,
+                                            overflowed, prefix (the replay prefix, JSON)
+
+User and chat ids are percent-encoded in keys. While a run is going, its keys carry a *lease*
+TTL (`lease_s`) that the writer refreshes every `lease_s / 3`; if the writer dies, the keys
+expire and remote followers end with an `error` chunk instead of waiting forever. When the run
+ends, `current` expires after `retention_s` (as long as it still names this run: a newer run of
+the chat is never touched) and the run's stream and flags `grace_s` later, so followers that are
+mid-read still get the end.
+
+Limits: one Redis server, reached with `redis.asyncio.Redis.from_url` (the keys are cluster-slot
+safe, but no cluster or Sentinel client is set up); no cross-process *stop*: `POST
+/api/chat/{id}/stop` and a socket's `abort` stop a run only on the process that runs it (route
+them there, e.g. with sticky sessions by chat, or accept that only resume is shared). Redis
+errors never fail a run: the mirror logs and stops, and `lookup` falls back to the local store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Final, cast
+from urllib.parse import quote
+
+import redis.asyncio as aioredis
+import structlog
+from redis.exceptions import RedisError
+
+from gateway.streams import ChatKey, MemoryStreamStore, StreamLog
+
+__all__ = ["RedisStreamStore", "RemoteStreamLog"]
+
+log = structlog.get_logger("gateway.redis_streams")
+
+BATCH: Final = 256  # chunks per pipelined write
+READ_COUNT: Final = 512  # entries per XREAD
+LOST_WRITER_TEXT: Final = "The stream was interrupted: the server running it went away."
+INCOMPLETE_TEXT: Final = "The stream can no longer be resumed completely."
+READ_FAILED_TEXT: Final = "The stream could not be read."
+
+# Refresh a running run's lease, unless it has ended (never resurrect or extend an ended run).
+_LEASE = """
+if redis.call('HGET', KEYS[3], 'closed') ~= '0' then return 0 end
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 1
+"""
+
+# End a run: the end entry, the closed flag, and the retention TTLs (the pointer only if ours).
+_END = """
+if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
+redis.call('XADD', KEYS[2], ARGV[2], 'end', '1')
+redis.call('HSET', KEYS[3], 'closed', '1')
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if tonumber(ARGV[3]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[3]) else redis.call('DEL', KEYS[1]) end
+end
+return 1
+"""
+
+# Set a flag on a run that still exists (an expired run stays expired).
+_FLAG = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], '1')
+return 1
+"""
+
+# Forget the chat's current run if it is still this one.
+_DROP = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def _dumps(wire: dict[str, Any]) -> str:
+    return json.dumps(wire, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+@dataclass(frozen=True, slots=True)
+class RunKeys:
+    current: str
+    chunks: str
+    meta: str
+
+    @staticmethod
+    def chat_base(prefix: str, key: ChatKey) -> str:
+        return f"{prefix}:{{{quote(key[0], safe='')}:{quote(key[1], safe='')}}}"
+
+    @classmethod
+    def of(cls, prefix: str, key: ChatKey, run_id: str) -> RunKeys:
+        base = cls.chat_base(prefix, key)
+        return cls(current=f"{base}:current", chunks=f"{base}:{run_id}:chunks", meta=f"{base}:{run_id}:meta")
+
+
+@dataclass(eq=False)
+class _Mirror:
+    """The write-through of one local run."""
+
+    log: StreamLog
+    run_id: str
+    keys: RunKeys
+    task: asyncio.Task[None] | None = None
+    done: bool = False
+    overflow_flagged: bool = False
+
+
+@dataclass(eq=False)
+class _Follow:
+    """How many readers follow a remote log, and the task that fills it."""
+
+    readers: int = 0
+    puller: asyncio.Task[None] | None = None
+
+
+class RemoteStreamLog(StreamLog):
+    """A run written by another process: a read-only `StreamLog` filled from Redis while followed."""
+
+    def __init__(self, store: RedisStreamStore, key: ChatKey, run_id: str, keys: RunKeys,
+                 replay_prefix: list[dict[str, Any]]) -> None:
+        super().__init__(key=key, max_bytes=sys.maxsize)
+        self.replay_prefix = replay_prefix
+        self.run_id = run_id
+        self.keys = keys
+        self._store = store
+        self._follow = _Follow()
+        # Where the puller is in the Redis stream (kept, so a later puller goes on from there).
+        self._last_id = "0-0"
+        self._expected = 1  # entry ids are 0-<sequence+1>; a gap means Redis trimmed the start
+
+    async def follow(self, start: int = 0, **options: Any) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        state = self._follow
+        state.readers += 1
+        if state.puller is None:
+            state.puller = self._store._spawn(self._pull(), f"redis-pull:{self.run_id}", reader=True)
+        try:
+            async for item in super().follow(start, **options):
+                yield item
+        finally:
+            state.readers -= 1
+            if state.readers == 0 and state.puller is not None and not state.puller.done():
+                state.puller.cancel()
+                state.puller = None
+
+    def _fail(self, text: str) -> None:
+        if not self.closed:
+            self.append({"type": "error", "errorText": text})
+            self.close()
+
+    async def _pull(self) -> None:
+        """Copies the run's Redis entries into this log, from the first one, until the end entry."""
+        store = self._store
+        block_ms = _ms(store.block_s)
+        try:
+            while not self.closed:
+                reply = await store.redis.xread({self.keys.chunks: self._last_id}, count=READ_COUNT,
+                                                block=block_ms)
+                if not reply:
+                    if not await store.redis.exists(self.keys.meta):
+                        log.warning("redis_stream_writer_lost", chat_id=self.key[1], run_id=self.run_id)
+                        self._fail(LOST_WRITER_TEXT)
+                    continue
+                for _name, entries in reply:
+                    for entry_id, fields in entries:
+                        entry = str(entry_id)
+                        if int(entry.partition("-")[2]) != self._expected:
+                            log.warning("redis_stream_incomplete", chat_id=self.key[1], run_id=self.run_id,
+                                        entry_id=entry, expected=self._expected)
+                            self._fail(INCOMPLETE_TEXT)
+                            return
+                        if "end" in fields:
+                            self.close()
+                            return
+                        self.append(json.loads(fields["c"]))
+                        self._last_id, self._expected = entry, self._expected + 1
+        except asyncio.CancelledError:
+            raise
+        except (RedisError, OSError, ValueError, KeyError) as exc:
+            log.warning("redis_stream_read_failed", chat_id=self.key[1], run_id=self.run_id, error=repr(exc))
+            self._fail(READ_FAILED_TEXT)
+
+
+class RedisStreamStore:
+    """A `StreamStore` whose runs can be resumed from every process that shares the Redis."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        retention_s: float,
+        max_bytes: int,
+        max_entries: int = 100_000,
+        lease_s: float = 30.0,
+        grace_s: float = 30.0,
+        block_s: float = 5.0,
+        prefix: str = "adk-gateway:stream",
+    ) -> None:
+        self.url = url
+        self.retention_s = retention_s
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self.lease_s = lease_s
+        self.grace_s = grace_s
+        self.block_s = block_s
+        self.prefix = prefix
+        self.redis: aioredis.Redis = aioredis.Redis.from_url(url, decode_responses=True)
+        self._local = MemoryStreamStore(retention_s=retention_s, max_bytes=max_bytes)
+        self._mirrors: dict[ChatKey, _Mirror] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._readers: set[asyncio.Task[Any]] = set()
+        self._refresher: asyncio.Task[None] | None = None
+        self._lease = self.redis.register_script(_LEASE)
+        self._end = self.redis.register_script(_END)
+        self._flag = self.redis.register_script(_FLAG)
+        self._drop = self.redis.register_script(_DROP)
+
+    # --- the StreamStore protocol --------------------------------------------------------------
+
+    def add(self, log: StreamLog) -> None:
+        """Makes a new local run the chat's resumable stream, here and in Redis."""
+        self._sweep()
+        self._local.add(log)
+        run_id = uuid.uuid4().hex
+        mirror = _Mirror(log=log, run_id=run_id, keys=RunKeys.of(self.prefix, log.key, run_id))
+        self._mirrors[log.key] = mirror
+        mirror.task = self._spawn(self._mirror(mirror), f"redis-mirror:{run_id}")
+        log.when_delivered(lambda _log: self._after_delivered(mirror))
+        if self._refresher is None or self._refresher.done():
+            self._refresher = self._spawn(self._refresh_leases(), "redis-leases")
+
+    def resumable(self, key: ChatKey) -> StreamLog | None:
+        """This process's own resumable log (no Redis); `lookup` also finds other processes' runs."""
+        return self._local.resumable(key)
+
+    async def lookup(self, key: ChatKey) -> StreamLog | None:
+        """The chat's resumable stream, whichever process runs it; None if there is none."""
+        self._sweep()
+        try:
+            run_id = await self.redis.get(f"{RunKeys.chat_base(self.prefix, key)}:current")
+            if run_id is None:
+                return None
+            keys = RunKeys.of(self.prefix, key, str(run_id))
+            meta = await cast("Awaitable[dict[str, str]]", self.redis.hgetall(keys.meta))
+        except (RedisError, OSError) as exc:
+            log.warning("redis_lookup_failed", chat_id=key[1], error=repr(exc))
+            return self._local.resumable(key)
+        if not meta or meta.get("overflowed") == "1":
+            return None
+        if meta.get("closed") == "1" and meta.get("delivered") == "1":
+            return None
+        mirror = self._mirrors.get(key)
+        if mirror is not None and mirror.run_id == run_id:
+            return self._local.resumable(key)
+        try:
+            prefix = json.loads(meta.get("prefix") or "[]")
+        except ValueError:
+            prefix = []
+        remote = RemoteStreamLog(self, key, str(run_id), keys, prefix if isinstance(prefix, list) else [])
+
+        def flag_delivered(_log: StreamLog) -> None:
+            self._spawn(self._set_flag(keys, "delivered"), f"redis-delivered:{run_id}")
+
+        remote.when_delivered(flag_delivered)
+        return remote
+
+    def discard(self, log: StreamLog) -> None:
+        self._local.discard(log)
+        mirror = self._mirrors.get(log.key)
+        if mirror is not None and mirror.log is log:
+            del self._mirrors[log.key]
+            self._spawn(self._drop_current(mirror), "redis-discard")
+
+    async def aclose(self) -> None:
+        """Closes local logs, lets mirrors write their end (briefly), then closes the client."""
+        await self._local.aclose()
+        if self._refresher is not None:
+            self._refresher.cancel()
+        for reader in list(self._readers):
+            reader.cancel()
+        pending = set(self._tasks) | set(self._readers)
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=2.0)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=1.0)
+        self._mirrors.clear()
+        await self.redis.aclose()
+
+    # --- health --------------------------------------------------------------------------------
+
+    async def ping(self) -> bool:
+        """True when Redis answers (for readiness checks)."""
+        try:
+            return bool(await self.redis.ping())
+        except (RedisError, OSError):
+            return False
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str, *, reader: bool = False) -> asyncio.Task[None]:
+        """Starts a store-owned task: writers (mirrors, flags) get a moment to finish at close,
+        readers (pullers) are cancelled at once."""
+        tasks = self._readers if reader else self._tasks
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return task
+
+    def _sweep(self) -> None:
+        now = time.monotonic()
+        stale = [
+            key
+            for key, mirror in self._mirrors.items()
+            if mirror.done and mirror.log.closed_at is not None and now - mirror.log.closed_at >= self.retention_s
+        ]
+        for key in stale:
+            del self._mirrors[key]
+
+    async def _mirror(self, mirror: _Mirror) -> None:
+        stream_log, keys = mirror.log, mirror.keys
+        lease_ms = _ms(self.lease_s)
+        try:
+            begin = self.redis.pipeline(transaction=True)
+            begin.hset(keys.meta, mapping={
+                "user": stream_log.key[0],
+                "chat": stream_log.key[1],
+                "run": mirror.run_id,
+                "closed": "0",
+                "delivered": "0",
+                "overflowed": "0",
+                "prefix": json.dumps(stream_log.replay_prefix, separators=(",", ":"), default=str),
+            })
+            begin.pexpire(keys.meta, lease_ms)
+            begin.set(keys.current, mirror.run_id, px=lease_ms)
+            await begin.execute()
+            batch: list[tuple[int, dict[str, Any]]] = []
+            written = 0
+            async for sequence, wire in stream_log.follow(0):
+                batch.append((sequence, wire))
+                if sequence + 1 < len(stream_log.chunks) and len(batch) < BATCH:
+                    continue  # more chunks are already there: write them together
+                await self._write(mirror, batch)
+                written += len(batch)
+                batch = []
+            if batch:
+                await self._write(mirror, batch)
+                written += len(batch)
+            ended = await self._end(
+                keys=[keys.current, keys.chunks, keys.meta],
+                args=[mirror.run_id, f"0-{written + 1}", int(self.retention_s * 1000),
+                      _ms(self.retention_s + self.grace_s)],
+            )
+            if not ended:
+                log.warning("redis_stream_lease_lost", chat_id=stream_log.key[1], run_id=mirror.run_id)
+        except asyncio.CancelledError:
+            raise
+        except (RedisError, OSError) as exc:
+            log.warning("redis_mirror_failed", chat_id=stream_log.key[1], run_id=mirror.run_id, error=repr(exc))
+        finally:
+            mirror.done = True
+
+    async def _write(self, mirror: _Mirror, batch: list[tuple[int, dict[str, Any]]]) -> None:
+        keys = mirror.keys
+        pipe = self.redis.pipeline(transaction=False)
+        for sequence, wire in batch:
+            pipe.xadd(keys.chunks, {"c": _dumps(wire)}, id=f"0-{sequence + 1}",
+                      maxlen=self.max_entries, approximate=True)
+        pipe.pexpire(keys.chunks, _ms(self.lease_s))
+        overflowed = mirror.log.overflowed or batch[-1][0] + 1 > self.max_entries
+        if overflowed and not mirror.overflow_flagged:
+            pipe.hset(keys.meta, "overflowed", "1")
+            mirror.overflow_flagged = True
+        await pipe.execute()
+
+    async def _refresh_leases(self) -> None:
+        """Keeps running runs' keys alive; a dead process's keys expire after `lease_s`."""
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            running = [m for m in self._mirrors.values() if not m.done]
+            if not running:
+                continue
+            try:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for m in running:
+                        await self._lease(keys=[m.keys.current, m.keys.chunks, m.keys.meta],
+                                          args=[m.run_id, _ms(self.lease_s)], client=pipe)
+                    await pipe.execute()
+            except (RedisError, OSError) as exc:
+                log.warning("redis_lease_refresh_failed", runs=len(running), error=repr(exc))
+
+    def _after_delivered(self, mirror: _Mirror) -> None:
+        async def flag() -> None:
+            if mirror.task is not None:
+                await asyncio.wait({mirror.task})  # the run's keys exist once the mirror has begun
+            await self._set_flag(mirror.keys, "delivered")
+
+        self._spawn(flag(), f"redis-delivered:{mirror.run_id}")
+
+    async def _set_flag(self, keys: RunKeys, name: str) -> None:
+        try:
+            await self._flag(keys=[keys.meta], args=[name])
+        except (RedisError, OSError) as exc:
+            log.warning("redis_flag_failed", flag=name, error=repr(exc))
+
+    async def _drop_current(self, mirror: _Mirror) -> None:
+        try:
+            await self._drop(keys=[mirror.keys.current], args=[mirror.run_id])
+        except (RedisError, OSError) as exc:
+            log.warning("redis_discard_failed", error=repr(exc))
+

@@ -1,0 +1,143 @@
+"""The live extension end to end over `GET /api/chat/ws` (gateway app, scripted model, real socket)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import WSMsgType
+from aiohttp.test_utils import TestClient, TestServer
+
+from agents.scripted_live import ScriptedLiveConnection
+from gateway.app import make_app
+from gateway.config import Settings
+from gateway.pcm import chunk_bytes, dominant_frequency, duration_ms, tone
+
+Frame = dict[str, Any]
+WAIT_S = 10.0
+MakeClient = Callable[..., Awaitable[TestClient[Any, Any]]]
+
+
+@pytest.fixture
+async def make_client(aiohttp_client: Any, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[MakeClient]:
+    monkeypatch.setattr(ScriptedLiveConnection, "default_chunk_delay_s", 0.01)
+
+    async def go(**overrides: Any) -> TestClient[Any, Any]:
+        app = make_app(Settings(model="scripted", **overrides))
+        client: TestClient[Any, Any] = await aiohttp_client(TestServer(app, handler_cancellation=True))
+        return client
+
+    yield go
+
+
+class Socket:
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.frames: list[Frame] = []
+
+    async def next_frame(self) -> Frame:
+        async with asyncio.timeout(WAIT_S):
+            message = await self.ws.receive()
+        assert message.type == WSMsgType.TEXT, message
+        frame: Frame = json.loads(message.data)
+        self.frames.append(frame)
+        return frame
+
+    async def until(self, predicate: Callable[[Frame], bool]) -> Frame:
+        while True:
+            frame = await self.next_frame()
+            if predicate(frame):
+                return frame
+
+    def chunks(self, request_id: str = "live") -> list[Frame]:
+        return [f["chunk"] for f in self.frames if f["type"] == "chunk" and f["requestId"] == request_id]
+
+
+def chunk_type(kind: str) -> Callable[[Frame], bool]:
+    return lambda frame: frame["type"] == "chunk" and frame["chunk"]["type"] == kind
+
+
+async def open_live(client: TestClient[Any, Any], **start: Any) -> Socket:
+    ws = await client.ws_connect("/api/chat/ws")
+    socket = Socket(ws)
+    await ws.send_json({"type": "live-start", "requestId": "live", "id": "chat-live", **start})
+    assert await socket.next_frame() == {"type": "start", "requestId": "live"}
+    return socket
+
+
+async def test_a_spoken_turn_over_the_socket(make_client: MakeClient) -> None:
+    client = await make_client()
+    socket = await open_live(client, headers={"x-ai-sdk-major": "7"})
+    await socket.ws.send_json({"type": "live-activity-start", "requestId": "live"})
+    for frame in chunk_bytes(tone(300, 3.0, rate=16000), 20, 16000):
+        await socket.ws.send_bytes(frame)
+    await socket.ws.send_json({"type": "live-activity-end", "requestId": "live"})
+    await socket.until(chunk_type("finish"))
+
+    chunk_frames = [f for f in socket.frames if f["type"] == "chunk"]
+    assert [f["sequence"] for f in chunk_frames] == list(range(len(chunk_frames)))
+    chunks = socket.chunks()
+    assert chunks[0]["type"] == "start" and chunks[-1] == {"type": "finish", "finishReason": "stop",
+                                                           "messageMetadata": chunks[-1]["messageMetadata"]}
+    assert "".join(c["delta"] for c in chunks if c["type"] == "text-delta") == "heard 3000 ms of audio"
+    pcm = b"".join(base64.b64decode(c["data"]["content"]) for c in chunks if c["type"] == "data-pcm")
+    assert duration_ms(pcm, 24000) == 500
+    assert dominant_frequency(pcm, 24000) == pytest.approx(440, abs=3)
+
+    await socket.ws.send_json({"type": "live-stop", "requestId": "live"})
+    assert await socket.until(lambda f: f["type"] in ("end", "error")) == {"type": "end", "requestId": "live"}
+    await socket.ws.close()
+
+
+async def test_live_approval_and_barge_in_over_the_socket(make_client: MakeClient) -> None:
+    client = await make_client()
+    socket = await open_live(client, headers={"x-ai-sdk-major": "7"})
+    await socket.ws.send_json({"type": "live-text", "requestId": "live",
+                               "text": '/tool process_payment {"amount":5,"recipient":"bob"}'})
+    request = (await socket.until(chunk_type("tool-approval-request")))["chunk"]
+    assert (await socket.next_frame())["chunk"] == {"type": "finish-step"}
+    await socket.ws.send_json({"type": "live-approval", "requestId": "live", "approvalId": request["approvalId"],
+                               "approved": True})
+    await socket.until(chunk_type("finish"))
+    outputs = [c for c in socket.chunks() if c["type"] == "tool-output-available"]
+    assert outputs[0]["output"]["status"] == "completed"
+
+    # Answering the same approval again is refused; the session stays usable.
+    await socket.ws.send_json({"type": "live-approval", "requestId": "live", "approvalId": request["approvalId"],
+                               "approved": True})
+    refused = await socket.until(lambda f: f["type"] == "error")
+    assert refused.get("code") == "approval_invalid"
+
+    await socket.ws.send_json({"type": "live-activity-start", "requestId": "live"})
+    for frame in chunk_bytes(tone(300, 1.0, rate=16000), 20, 16000):
+        await socket.ws.send_bytes(frame)
+    await socket.ws.send_json({"type": "live-activity-end", "requestId": "live"})
+    await socket.until(chunk_type("data-pcm"))
+    await socket.ws.send_json({"type": "live-interrupt", "requestId": "live"})
+    finish = (await socket.until(chunk_type("finish")))["chunk"]
+    assert finish["finishReason"] == "interrupted"
+    await socket.ws.close()
+
+
+async def test_bad_audio_is_refused_and_closing_mid_turn_cleans_up(make_client: MakeClient) -> None:
+    client = await make_client()
+    before = set(asyncio.all_tasks())
+    socket = await open_live(client)
+    await socket.ws.send_bytes(b"\x00\x01\x02")
+    error = await socket.until(lambda f: f["type"] == "error")
+    assert error.get("code") == "invalid_audio"
+    await socket.ws.send_json({"type": "live-activity-start", "requestId": "live"})
+    for frame in chunk_bytes(tone(300, 1.0, rate=16000), 20, 16000):
+        await socket.ws.send_bytes(frame)
+    await socket.ws.send_json({"type": "live-activity-end", "requestId": "live"})
+    await socket.until(chunk_type("data-pcm"))
+    await socket.ws.close()
+    current = asyncio.current_task()
+    async with asyncio.timeout(WAIT_S):
+        while [t for t in asyncio.all_tasks() if t not in before and t is not current and not t.done()]:
+            await asyncio.sleep(0.01)

@@ -1,0 +1,204 @@
+"""The Redis stream store: a run on one gateway is resumed on another that shares the Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from aiohttp.test_utils import TestClient, TestServer
+
+from gateway.app import make_app
+from gateway.config import Settings
+from gateway.keys import REGISTRY
+from gateway.redis_streams import LOST_WRITER_TEXT, RedisStreamStore, RemoteStreamLog
+from gateway.streams import StreamLog
+
+from .conftest import chat_body, read_sse
+
+pytestmark = pytest.mark.services
+
+USER = "anonymous"
+
+
+def _client(settings: Settings) -> TestClient[Any, Any]:
+    return TestClient(TestServer(make_app(settings)))
+
+
+async def _eventually_204(client: TestClient[Any, Any], path: str, within_s: float = 3.0) -> None:
+    deadline = time.monotonic() + within_s
+    while True:
+        response = await client.get(path)
+        if response.status == 204:
+            return
+        response.close()
+        assert time.monotonic() < deadline, f"{path} still answers {response.status}"
+        await asyncio.sleep(0.05)
+
+
+async def test_resume_on_another_instance(redis_url: str) -> None:
+    settings = Settings(stream_store=redis_url, detach_on_disconnect=True)
+    chat_id = f"redis-{uuid.uuid4().hex[:8]}"
+    resume_path = f"/api/chat/{chat_id}/stream"
+    async with _client(settings) as a, _client(settings) as b:
+        # Nothing active yet, anywhere.
+        assert (await b.get(resume_path)).status == 204
+
+        # A long run on A; its client reads the first chunks and goes away (the run goes on).
+        response = await a.post("/api/chat", json=chat_body(chat_id, "/stream 40 25"))
+        assert response.status == 200
+        first = await read_sse(response, until=lambda read: "text-delta" in read.types())
+        response.close()
+        run = a.app[REGISTRY].active_run((USER, chat_id))
+        assert run is not None, "the detached run should still be going"
+
+        # B has never seen this chat: it replays from Redis, from the first chunk, then live.
+        resumed = await b.get(resume_path)
+        assert resumed.status == 200
+        assert resumed.headers["Content-Type"].startswith("text/event-stream")
+        assert not run.done.is_set(), "the resume began after the run ended: the test proves nothing"
+        replay = await read_sse(resumed)
+        assert replay.done
+        assert replay.chunks[0] == first.chunks[0]  # `start`, with the same message id
+        assert replay.chunks[: len(first.chunks)] == first.chunks
+        assert replay.text() == "".join(f"tok{i} " for i in range(40))
+        assert replay.chunks[-1]["type"] == "finish" and replay.chunks[-1]["finishReason"] == "stop"
+        assert run.done.is_set()
+        local = run.log.chunks
+        assert replay.chunks == local, "B's replay differs from what A logged"
+
+        # Delivered in full (by B): neither instance offers it again.
+        await _eventually_204(b, resume_path)
+        await _eventually_204(a, resume_path)
+
+
+async def test_resume_on_the_same_instance_uses_its_own_log(redis_url: str) -> None:
+    settings = Settings(stream_store=redis_url, detach_on_disconnect=True)
+    chat_id = f"redis-{uuid.uuid4().hex[:8]}"
+    async with _client(settings) as a:
+        response = await a.post("/api/chat", json=chat_body(chat_id, "/stream 10 20"))
+        await read_sse(response, until=lambda read: "text-delta" in read.types())
+        response.close()
+        resumed = await a.get(f"/api/chat/{chat_id}/stream")
+        assert resumed.status == 200
+        replay = await read_sse(resumed)
+        assert replay.done and replay.text() == "".join(f"tok{i} " for i in range(10))
+        await _eventually_204(a, f"/api/chat/{chat_id}/stream")
+
+
+# --- the store on its own --------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def stores(redis_url: str) -> AsyncIterator[tuple[RedisStreamStore, RedisStreamStore]]:
+    prefix = f"test:{uuid.uuid4().hex[:8]}"
+    options: dict[str, Any] = {"retention_s": 30.0, "max_bytes": 64 * 1024, "prefix": prefix,
+                               "lease_s": 0.6, "block_s": 0.2, "grace_s": 5.0}
+    writer, reader = RedisStreamStore(redis_url, **options), RedisStreamStore(redis_url, **options)
+    yield writer, reader
+    await writer.aclose()
+    await reader.aclose()
+
+
+async def _collect(log: StreamLog, start: int = 0) -> list[tuple[int, dict[str, Any]]]:
+    return [item async for item in log.follow(start)]
+
+
+async def _lookup_until(store: RedisStreamStore, key: tuple[str, str]) -> StreamLog:
+    for _ in range(100):
+        found = await store.lookup(key)
+        if found is not None:
+            return found
+        await asyncio.sleep(0.01)
+    raise AssertionError("the run never appeared in Redis")
+
+
+async def test_remote_follow_from_a_sequence(stores: tuple[RedisStreamStore, RedisStreamStore]) -> None:
+    writer, reader = stores
+    key = ("u", "chat:with/odd {chars}")
+    log = StreamLog(key=key, max_bytes=writer.max_bytes)
+    log.replay_prefix = [{"type": "tool-input-available", "toolCallId": "c1", "toolName": "t", "input": {}}]
+    writer.add(log)
+    for i in range(5):
+        log.append({"type": "text-delta", "id": "t", "delta": f"{i}"})
+    remote = await _lookup_until(reader, key)
+    assert isinstance(remote, RemoteStreamLog)
+    assert remote.replay_prefix == log.replay_prefix
+    tail = asyncio.ensure_future(_collect(remote, start=3))
+    await asyncio.sleep(0.05)
+    log.append({"type": "finish"})
+    log.close()
+    items = await asyncio.wait_for(tail, 5)
+    assert [seq for seq, _ in items] == [3, 4, 5]
+    assert items[-1][1] == {"type": "finish"}
+
+
+async def test_writer_lost_ends_remote_followers(stores: tuple[RedisStreamStore, RedisStreamStore]) -> None:
+    writer, reader = stores
+    key = ("u", f"lost-{uuid.uuid4().hex[:6]}")
+    log = StreamLog(key=key, max_bytes=writer.max_bytes)
+    writer.add(log)
+    log.append({"type": "start"})
+    remote = await _lookup_until(reader, key)
+    # The writing process "dies": its tasks stop, nothing refreshes the lease.
+    for task in list(writer._tasks):
+        task.cancel()
+    items = await asyncio.wait_for(_collect(remote), 5)
+    assert items[0][1] == {"type": "start"}
+    assert items[-1][1] == {"type": "error", "errorText": LOST_WRITER_TEXT}
+    assert await reader.lookup(key) is None
+
+
+async def test_lease_keeps_a_long_run_alive(stores: tuple[RedisStreamStore, RedisStreamStore]) -> None:
+    writer, reader = stores  # lease_s=0.6: without refreshes the keys would be gone after 0.6 s
+    key = ("u", f"long-{uuid.uuid4().hex[:6]}")
+    log = StreamLog(key=key, max_bytes=writer.max_bytes)
+    writer.add(log)
+    log.append({"type": "start"})
+    await asyncio.sleep(1.5)
+    remote = await reader.lookup(key)
+    assert isinstance(remote, RemoteStreamLog)
+    tail = asyncio.ensure_future(_collect(remote))
+    await asyncio.sleep(0.3)
+    log.append({"type": "finish"})
+    log.close()
+    assert [chunk for _, chunk in await asyncio.wait_for(tail, 5)] == [{"type": "start"}, {"type": "finish"}]
+
+
+async def test_overflow_and_retention(redis_url: str) -> None:
+    prefix = f"test:{uuid.uuid4().hex[:8]}"
+    writer = RedisStreamStore(redis_url, retention_s=0.3, max_bytes=2048, prefix=prefix)
+    reader = RedisStreamStore(redis_url, retention_s=0.3, max_bytes=2048, prefix=prefix)
+    try:
+        # Over the byte budget: not resumable anywhere.
+        big = StreamLog(key=("u", "big"), max_bytes=2048)
+        writer.add(big)
+        for _ in range(40):
+            big.append({"type": "text-delta", "id": "t", "delta": "x" * 100})
+        big.close()
+        await asyncio.wait({m.task for m in writer._mirrors.values() if m.task is not None}, timeout=5)
+        assert await reader.lookup(("u", "big")) is None
+
+        # A finished, undelivered run stays resumable for retention_s, then is gone.
+        small = StreamLog(key=("u", "small"), max_bytes=2048)
+        writer.add(small)
+        small.append({"type": "start"})
+        small.close()
+        await asyncio.wait({m.task for m in writer._mirrors.values() if m.task is not None}, timeout=5)
+        found = await reader.lookup(("u", "small"))
+        assert isinstance(found, RemoteStreamLog)
+        assert [chunk for _, chunk in await _collect(found)] == [{"type": "start"}]
+        await asyncio.sleep(0.4)
+        assert await reader.lookup(("u", "small")) is None
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            assert await client.ttl(f"{prefix}:{{u:small}}:current") == -2  # gone
+        finally:
+            await client.aclose()
+    finally:
+        await writer.aclose()
+        await reader.aclose()
