@@ -115,6 +115,18 @@ def safe_error_text(message: str | None, fallback: str = "The agent failed.") ->
     return text if len(text) <= MAX_ERROR_TEXT else text[: MAX_ERROR_TEXT - 1] + "…"
 
 
+def add_usage(totals: dict[str, int], usage: types.GenerateContentResponseUsageMetadata) -> None:
+    """Adds ADK's (Gemini's) token counts to `totals`, in the AI SDK's usage names."""
+    pairs = (
+        ("inputTokens", usage.prompt_token_count),
+        ("outputTokens", usage.candidates_token_count),
+        ("totalTokens", usage.total_token_count),
+    )
+    for key, value in pairs:
+        if value:
+            totals[key] = totals.get(key, 0) + int(value)
+
+
 def _json_safe(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
@@ -213,16 +225,8 @@ class ResponseConverter:
     # --- helpers ---------------------------------------------------------------------------
 
     def _add_usage(self, usage: types.GenerateContentResponseUsageMetadata | None) -> None:
-        if usage is None:
-            return
-        pairs = (
-            ("inputTokens", usage.prompt_token_count),
-            ("outputTokens", usage.candidates_token_count),
-            ("totalTokens", usage.total_token_count),
-        )
-        for key, value in pairs:
-            if value:
-                self._usage[key] = self._usage.get(key, 0) + int(value)
+        if usage is not None:
+            add_usage(self._usage, usage)
 
     def _next_id(self, prefix: str) -> str:
         self._part_counter += 1

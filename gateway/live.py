@@ -76,7 +76,7 @@ from gateway.approval import (
     decision_from_response,
     interrupt_result,
 )
-from gateway.converter import map_finish_reason, safe_error_text
+from gateway.converter import add_usage, map_finish_reason, safe_error_text
 from gateway.pcm import (
     INPUT_RATE,
     OUTPUT_RATE,
@@ -633,22 +633,11 @@ class LiveSession:
         for part in (content.parts if content is not None else None) or ():
             self._model_part(part, bool(event.partial))
         if self._turn is not None and event.usage_metadata is not None:
-            self._add_usage(self._turn, event.usage_metadata)
+            add_usage(self._turn.usage, event.usage_metadata)
         if event.interrupted:
             self._end_turn("interrupted")
         elif event.turn_complete:
             self._end_turn(map_finish_reason(event.finish_reason))
-
-    @staticmethod
-    def _add_usage(turn: _Turn, usage: types.GenerateContentResponseUsageMetadata) -> None:
-        pairs = (
-            ("inputTokens", usage.prompt_token_count),
-            ("outputTokens", usage.candidates_token_count),
-            ("totalTokens", usage.total_token_count),
-        )
-        for key, value in pairs:
-            if value:
-                turn.usage[key] = turn.usage.get(key, 0) + int(value)
 
     def _user_transcription(self, transcription: types.Transcription) -> None:
         # A new utterance: whatever the model still owed the cut turn is over.
