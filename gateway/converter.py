@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -107,11 +108,16 @@ def map_finish_reason(reason: types.FinishReason | str | None) -> c.FinishReason
     return _FINISH_REASONS.get(name.upper(), "other")
 
 
+_PATH = re.compile(r"(?<![:/\\])(?:[A-Za-z]:)?(?:[\\/][\w.@+-]+){2,}[\\/]?")
+
+
 def safe_error_text(message: str | None, fallback: str = "The agent failed.") -> str:
-    """One short line for a client: no traceback, no newlines, bounded length."""
-    text = " ".join((message or "").split())
-    if not text:
+    """One short line for a client: the first line only (a traceback's header at most), file
+    paths replaced by `…`, bounded length."""
+    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
+    if not lines or lines[0].startswith("Traceback"):
         return fallback
+    text = _PATH.sub("…", " ".join(lines[0].split()))
     return text if len(text) <= MAX_ERROR_TEXT else text[: MAX_ERROR_TEXT - 1] + "…"
 
 

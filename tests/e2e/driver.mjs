@@ -80,9 +80,13 @@ function toolParts(messages, toolCallId) {
 }
 
 class Run {
-  constructor(scenario, ai, { WsTransport6, pagePredicate } = {}) {
+  constructor(scenario, ai, { WsTransport6, pagePredicate } = {}, { name = 'main', main = null } = {}) {
     this.scenario = scenario;
     this.ai = ai;
+    this.modules = { WsTransport6, pagePredicate };
+    this.name = name;
+    this.main = main ?? this;
+    this.peers = new Map(); // name -> Run: more chat clients in the same scenario (main run only)
     this.kind = KINDS[scenario.kind];
     this.started = Date.now();
     this.inflight = new Set();
@@ -212,7 +216,30 @@ class Run {
     );
   }
 
-  async stopAfter(chunks) {
+  async stopAfter(chunks, text) {
+    const entry = await this.waitForChunks(chunks, 'stopAfter');
+    if (text != null) await this.waitForAssistantText(text);
+    entry.stoppedAfterChunks = entry.chunks.length;
+    await this.chat.stop();
+  }
+
+  /** Waits (bounded) until the chat's last assistant message shows `text`: the fetch can be
+   * ahead of what the chat has processed, so chunk counts alone do not say what it shows. */
+  async waitForAssistantText(text, timeoutMs = 5000) {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const last = this.chat.messages.at(-1);
+      const shown = last?.role === 'assistant'
+        ? last.parts.filter(p => p.type === 'text').map(p => p.text).join('')
+        : '';
+      if (shown.includes(text)) return;
+      if (Date.now() > deadline) throw new Error(`assistant text never showed ${JSON.stringify(text)}`);
+      await sleep(5);
+    }
+  }
+
+  /** Waits until the current (or next) response has delivered `chunks` chunks; returns its entry. */
+  async waitForChunks(chunks, what) {
     const startIndex = this.recorder.requests.length;
     // The response to watch: the one streaming now, or the next one.
     const current = this.recorder.requests.findLast(r => !r.done);
@@ -234,10 +261,34 @@ class Run {
     this.reachedCleanup();
     if (entry == null) {
       const got = target()?.chunks.length ?? 0;
-      throw new ScenarioError(`stopAfter: the response ended after ${got} chunks, before ${chunks}`);
+      throw new ScenarioError(`${what}: the response ended after ${got} chunks, before ${chunks}`);
     }
-    entry.stoppedAfterChunks = entry.chunks.length;
-    await this.chat.stop();
+    return entry;
+  }
+
+  /**
+   * Another chat client of this scenario (created at its first step): same kind, base URL,
+   * headers and body as the main one unless its `peers` entry says otherwise, and the same chat
+   * id. `messagesFrom: "main"` starts it with a copy of the main chat's messages at that moment
+   * (a page reloaded with its persisted messages).
+   */
+  peer(name) {
+    let peer = this.peers.get(name);
+    if (peer != null) return peer;
+    const config = this.scenario.peers?.[name];
+    if (config == null) throw new ScenarioError(`unknown client ${JSON.stringify(name)} (not in peers)`);
+    const { peers: _peers, steps: _steps, ...shared } = this.scenario;
+    const { messagesFrom, ...own } = config;
+    const scenario = { ...shared, ...own, chatId: own.chatId ?? this.scenario.chatId ?? this.chat.id };
+    if (messagesFrom === 'main') scenario.messages = structuredClone(this.chat.messages);
+    peer = new Run(scenario, this.ai, this.modules, { name, main: this });
+    this.peers.set(name, peer);
+    return peer;
+  }
+
+  /** Every client of the scenario, the main one first. */
+  clients() {
+    return [this, ...this.peers.values()];
   }
 
   async step(step) {
@@ -279,7 +330,10 @@ class Run {
         await this.waitIdle(step);
         return;
       case 'stopAfter':
-        await this.stopAfter(step.chunks ?? 1);
+        await this.stopAfter(step.chunks ?? 1, step.text);
+        return;
+      case 'waitChunks': // like stopAfter, without the stop
+        await this.waitForChunks(step.chunks ?? 1, 'waitChunks');
         return;
       case 'stop':
         await chat.stop();
@@ -309,15 +363,17 @@ class Run {
     for (const [i, step] of (this.scenario.steps ?? []).entries()) {
       if (this.recorder.loop) break;
       try {
-        await this.step(step);
+        const client = step.client == null || step.client === 'main' ? this : this.peer(step.client);
+        await client.step(step);
       } catch (error) {
         this.driverErrors.push(`step ${i} (${step.type}): ${error?.message ?? error}`);
         break;
       }
     }
-    await this.waitIdle();
-    // Let the recorder finish reading bodies/frames (bounded: an aborted body may linger).
-    await Promise.race([Promise.allSettled([...this.recorder.pending]), sleep(2000)]);
+    for (const client of this.clients()) await client.waitIdle();
+    // Let the recorders finish reading bodies/frames (bounded: an aborted body may linger).
+    const pending = this.clients().flatMap(client => [...client.recorder.pending]);
+    await Promise.race([Promise.allSettled(pending), sleep(2000)]);
   }
 
   result({ timedOut = false } = {}) {
@@ -332,8 +388,13 @@ class Run {
       wsAborts: requests.filter(r => r.abortSent).length,
     };
     counts.sends = counts.posts + counts.wsSends;
+    const peers = Object.fromEntries([...this.peers].map(([name, peer]) => [name, peer.result({ timedOut })]));
     const ok =
-      !timedOut && !recorder.loop && recorder.validationErrors.length === 0 && this.driverErrors.length === 0;
+      !timedOut &&
+      !recorder.loop &&
+      recorder.validationErrors.length === 0 &&
+      this.driverErrors.length === 0 &&
+      Object.values(peers).every(peer => peer.ok);
     return {
       ok,
       kind: this.scenario.kind,
@@ -352,15 +413,18 @@ class Run {
       wsEvents: recorder.wsEvents,
       driverErrors: this.driverErrors,
       durationMs: Date.now() - this.started,
+      ...(this.peers.size > 0 ? { peers } : {}),
     };
   }
 
   async close() {
-    try {
-      await Promise.race([this.chat.stop(), sleep(500)]);
-      this.transport.close?.();
-    } catch {
-      // closing is best effort
+    for (const client of this.clients()) {
+      try {
+        await Promise.race([client.chat.stop(), sleep(500)]);
+        client.transport.close?.();
+      } catch {
+        // closing is best effort
+      }
     }
   }
 }
@@ -374,8 +438,21 @@ async function readScenario() {
   if (KINDS[scenario.kind] == null) {
     throw new ScenarioError(`kind must be one of ${Object.keys(KINDS).join(', ')}`);
   }
-  if (!['sdk', 'page', 'none', undefined].includes(scenario.predicate)) {
-    throw new ScenarioError('predicate must be sdk, page or none');
+  for (const [name, peer] of Object.entries(scenario.peers ?? {})) {
+    if (name === 'main') throw new ScenarioError('a peer may not be named "main"');
+    const kind = KINDS[peer.kind ?? scenario.kind];
+    if (kind == null) throw new ScenarioError(`peer ${name}: kind must be one of ${Object.keys(KINDS).join(', ')}`);
+    if (kind.pkg !== KINDS[scenario.kind].pkg) {
+      throw new ScenarioError(`peer ${name}: kind ${peer.kind} uses another ai package than ${scenario.kind}`);
+    }
+    if (![undefined, 'main'].includes(peer.messagesFrom)) {
+      throw new ScenarioError(`peer ${name}: messagesFrom must be "main"`);
+    }
+  }
+  for (const s of [scenario, ...Object.values(scenario.peers ?? {})]) {
+    if (!['sdk', 'page', 'none', undefined].includes(s.predicate)) {
+      throw new ScenarioError('predicate must be sdk, page or none');
+    }
   }
   return scenario;
 }
@@ -412,11 +489,12 @@ async function loadClient(scenario) {
   const { pkg, transport } = KINDS[scenario.kind];
   redirectWebImports(pkg);
   const client = { ai: await import(pkg) };
-  if (transport === 'ws6') {
+  const kinds = [scenario.kind, ...Object.values(scenario.peers ?? {}).map(peer => peer.kind ?? scenario.kind)];
+  if (transport === 'ws6' || kinds.some(kind => KINDS[kind].transport === 'ws6')) {
     const modulePath = scenario.wsTransportModule ?? DEFAULT_WS6_MODULE;
     client.WsTransport6 = await importExport(modulePath, 'WebSocketChatTransport');
   }
-  if (scenario.predicate === 'page') {
+  if ([scenario, ...Object.values(scenario.peers ?? {})].some(s => s.predicate === 'page')) {
     client.pagePredicate = await importExport(PAGE_PREDICATE_MODULE, 'sendAutomaticallyWhen');
   }
   return client;
@@ -440,11 +518,14 @@ async function main() {
   const timeoutMs = scenario.timeoutMs ?? 20000;
   const timer = setTimeout(() => {
     run.driverErrors.push(`scenario timed out after ${timeoutMs} ms`);
-    for (const entry of run.recorder.requests.filter(r => !r.done)) {
-      const last = entry.chunks[entry.chunks.length - 1]?.type ?? 'none';
-      run.driverErrors.push(
-        `request ${entry.index} (${entry.kind}) still open after ${entry.chunks.length} chunks (last: ${last})`,
-      );
+    for (const client of run.clients()) {
+      for (const entry of client.recorder.requests.filter(r => !r.done)) {
+        const last = entry.chunks[entry.chunks.length - 1]?.type ?? 'none';
+        run.driverErrors.push(
+          `${client.name}: request ${entry.index} (${entry.kind}) still open after ` +
+            `${entry.chunks.length} chunks (last: ${last})`,
+        );
+      }
     }
     emit(run.result({ timedOut: true }));
   }, timeoutMs);

@@ -223,7 +223,7 @@ def test_stop_then_next_message(gateway_url: str, kind: str) -> None:
         gateway_url,
         kind,
         send("/stream 200 20"),
-        {"type": "stopAfter", "chunks": 6},
+        {"type": "stopAfter", "chunks": 6, "text": "tok1 "},
         {"type": "send", "text": "/echo after stop", "wait": False},  # at once
     )
     assert_clean(result)

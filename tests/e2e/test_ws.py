@@ -98,7 +98,7 @@ def test_abort(gateway_url: str, kind: str) -> None:
         gateway_url,
         kind,
         send("/stream 200 20"),
-        {"type": "stopAfter", "chunks": 6},
+        {"type": "stopAfter", "chunks": 6, "text": "tok1 "},
         {"type": "send", "text": "/echo after abort", "wait": False},  # at once
     )
     assert_clean(result)
