@@ -105,6 +105,9 @@ async def readyz(request: web.Request) -> web.Response:
     except Exception as exc:
         log.warning("readyz_store_unreachable", error=repr(exc))
         return web.json_response({"status": "store_unreachable"}, status=503)
+    if not await request.app[SERVICE].streams.ping():
+        log.warning("readyz_stream_store_unreachable")
+        return web.json_response({"status": "stream_store_unreachable"}, status=503)
     return web.json_response({"status": "ready", "agent": host.app_name})
 
 

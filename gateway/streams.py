@@ -111,6 +111,7 @@ class StreamStore(Protocol):
     def resumable(self, key: ChatKey) -> StreamLog | None: ...
     async def lookup(self, key: ChatKey) -> StreamLog | None: ...
     def discard(self, log: StreamLog) -> None: ...
+    async def ping(self) -> bool: ...
     async def aclose(self) -> None: ...
 
 
@@ -137,6 +138,10 @@ class MemoryStreamStore:
     async def lookup(self, key: ChatKey) -> StreamLog | None:
         """The chat's resumable stream, or None (the resume endpoints' entry point)."""
         return self.resumable(key)
+
+    async def ping(self) -> bool:
+        """Always reachable (readiness checks)."""
+        return True
 
     def discard(self, log: StreamLog) -> None:
         if self._logs.get(log.key) is log:

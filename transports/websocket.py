@@ -50,6 +50,7 @@ from gateway.requests import (
     SendFrame,
     parse_frame,
 )
+from gateway.streams import StreamLog
 from transports.base import Transport, deliver
 from transports.sse import client_major, user_id_of
 
@@ -328,6 +329,14 @@ class SocketSession:
 
         ctx = self._context(frame.headers, frame.body, frame.requestId)
         request_id = frame.requestId
+        # A live session holds its chat like a run: one answerer per chat at a time.
+        key = (ctx.user_id, frame.id)
+        try:
+            run = await self.service.registry.claim(key, self.conn, StreamLog(key=key, max_bytes=1024))
+        except GatewayError as exc:
+            await self.send(encoding.ws_error(request_id, exc.message, exc.error_code))
+            return
+        run.detached = False  # a live session never outlives its socket
 
         async def emit(wire: dict[str, Any]) -> None:
             await self._emit_live(request_id, wire)
@@ -359,7 +368,7 @@ class SocketSession:
                 if self.live is live:
                     self.live, self.live_request_id = None, None
 
-        self.conn.spawn(run_live(), f"live:{request_id}")
+        self.service.registry.start(run, run_live())
 
     async def _on_binary(self, data: bytes) -> None:
         live = self.live
