@@ -141,3 +141,24 @@ async def test_bad_audio_is_refused_and_closing_mid_turn_cleans_up(make_client: 
     async with asyncio.timeout(WAIT_S):
         while [t for t in asyncio.all_tasks() if t not in before and t is not current and not t.done()]:
             await asyncio.sleep(0.01)
+
+
+async def test_a_live_session_holds_its_chat(make_client: MakeClient) -> None:
+    # The default grace (300 ms) also covers the moment between the `end` frame and the release.
+    client = await make_client()
+    socket = await open_live(client)
+    body = {"id": "chat-live", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "/echo x"}]}]}
+    busy = await client.post("/api/chat", json=body)
+    assert busy.status == 409
+    assert (await busy.json())["error"]["code"] == "chat_busy"
+    second = await client.ws_connect("/api/chat/ws")
+    await second.send_json({"type": "live-start", "requestId": "other", "id": "chat-live"})
+    async with asyncio.timeout(WAIT_S):
+        refused = await second.receive_json()
+    assert refused["type"] == "error" and refused["code"] == "chat_busy"
+    await second.close()
+    await socket.ws.send_json({"type": "live-stop", "requestId": "live"})
+    await socket.until(lambda frame: frame["type"] == "end")
+    freed = await client.post("/api/chat", json=body)
+    assert freed.status == 200
+    assert "data: [DONE]" in await freed.text()
