@@ -27,6 +27,7 @@ from google.adk.apps import App
 from google.adk.events import Event, EventActions
 from google.adk.runners import Runner
 from google.adk.sessions import BaseSessionService, InMemorySessionService, Session
+from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
@@ -195,8 +196,13 @@ class AgentHost:
 
     # --- sessions ------------------------------------------------------------------------------
 
-    async def get_session(self, user_id: str, chat_id: str) -> Session | None:
-        return await self.session_service.get_session(app_name=self.app_name, user_id=user_id, session_id=chat_id)
+    async def get_session(self, user_id: str, chat_id: str, *, events: bool = True) -> Session | None:
+        """The chat's session; `events=False` loads only its state (a copy of a long session's
+        events is most of the cost of a turn with the in-memory store)."""
+        config = None if events else GetSessionConfig(num_recent_events=0)
+        return await self.session_service.get_session(
+            app_name=self.app_name, user_id=user_id, session_id=chat_id, config=config
+        )
 
     async def create_session(self, user_id: str, chat_id: str) -> Session:
         return await self.session_service.create_session(app_name=self.app_name, user_id=user_id, session_id=chat_id)
@@ -207,7 +213,7 @@ class AgentHost:
         return await self.create_session(user_id, chat_id)
 
     async def save_state(self, user_id: str, chat_id: str, delta: dict[str, Any]) -> None:
-        session = await self.get_session(user_id, chat_id)
+        session = await self.get_session(user_id, chat_id, events=False)
         if session is None:
             session = await self.create_session(user_id, chat_id)
         event = Event(

@@ -101,7 +101,7 @@ async def readyz(request: web.Request) -> web.Response:
         return web.json_response({"status": "starting"}, status=503)
     host = request.app[HOST]
     try:
-        await asyncio.wait_for(host.get_session("__readyz__", "__readyz__"), timeout=2)
+        await asyncio.wait_for(host.get_session("__readyz__", "__readyz__", events=False), timeout=2)
     except Exception as exc:
         log.warning("readyz_store_unreachable", error=repr(exc))
         return web.json_response({"status": "store_unreachable"}, status=503)

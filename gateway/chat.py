@@ -146,7 +146,7 @@ class ChatService:
         user, chat = ctx.user_id, request.id
         prior = request.messages[:-1]
         prior_user_ids = [m.id for m in prior if m.role == "user"]
-        session = await self.host.get_session(user, chat)
+        session = await self.host.get_session(user, chat, events=False)
         if session is None:
             session = await self.host.create_session(user, chat)
             if prior:
@@ -178,7 +178,7 @@ class ChatService:
         self, request: ChatRequest, ctx: RequestContext, last: UIMessage
     ) -> TurnPlan:
         user, chat = ctx.user_id, request.id
-        session = await self.host.get_session(user, chat)
+        session = await self.host.get_session(user, chat, events=False)
         # No session for this user and chat: nothing was asked here, so any approval in the
         # message was issued elsewhere (another user or chat) and is refused as such below.
         state = session.state if session is not None else {}
@@ -435,7 +435,7 @@ class ChatService:
     async def _append_interrupts(self, user: str, chat: str, plan: TurnPlan) -> None:
         if not plan.interrupt_responses:
             return
-        session = await self.host.get_session(user, chat)
+        session = await self.host.get_session(user, chat, events=False)
         if session is None:
             return
         event = Event(

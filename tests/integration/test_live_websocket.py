@@ -147,7 +147,8 @@ async def test_a_live_session_holds_its_chat(make_client: MakeClient) -> None:
     # The default grace (300 ms) also covers the moment between the `end` frame and the release.
     client = await make_client()
     socket = await open_live(client)
-    body = {"id": "chat-live", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "/echo x"}]}]}
+    message = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "/echo x"}]}
+    body = {"id": "chat-live", "messages": [message]}
     busy = await client.post("/api/chat", json=body)
     assert busy.status == 409
     assert (await busy.json())["error"]["code"] == "chat_busy"

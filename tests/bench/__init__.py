@@ -1,0 +1,1 @@
+"""Benchmarks: a load generator for AI SDK chat endpoints (`loadgen`) and the gateway benchmark (`run`)."""
