@@ -33,6 +33,11 @@ web: web/dist/index.html
 tests/e2e/node_modules/.package-lock.json: tests/e2e/package.json tests/e2e/package-lock.json
 	cd tests/e2e && $(NPM) ci --no-audit --no-fund --loglevel=error
 
+tests/browser/node_modules/.package-lock.json: tests/browser/package.json tests/browser/package-lock.json
+	cd tests/browser && $(NPM) ci --no-audit --no-fund --loglevel=error
+
+NODE_DEPS := tests/e2e/node_modules/.package-lock.json tests/browser/node_modules/.package-lock.json
+
 # Debian packages for the browser, proxy and store tests; installed once.
 system-deps:
 	@missing=""; \
@@ -57,10 +62,10 @@ lint: $(STAMP)
 
 typecheck: lint
 
-test-fast: $(STAMP) web tests/e2e/node_modules/.package-lock.json
+test-fast: $(STAMP) web $(NODE_DEPS)
 	$(PY) -m pytest -q tests/unit tests/integration
 
-test: $(STAMP) web tests/e2e/node_modules/.package-lock.json system-deps
+test: $(STAMP) web $(NODE_DEPS) system-deps
 	$(VENV)/bin/ruff check gateway transports agents tests
 	$(VENV)/bin/mypy gateway transports agents
 	cd web && $(NPM) test --silent
@@ -70,4 +75,4 @@ bench: $(STAMP)
 	$(PY) -m tests.bench.run
 
 clean:
-	rm -rf $(VENV) web/node_modules web/dist tests/e2e/node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) web/node_modules web/dist tests/e2e/node_modules tests/browser/node_modules .pytest_cache .mypy_cache .ruff_cache
