@@ -207,8 +207,11 @@ class AgentHost:
     async def create_session(self, user_id: str, chat_id: str) -> Session:
         return await self.session_service.create_session(app_name=self.app_name, user_id=user_id, session_id=chat_id)
 
-    async def reset_session(self, user_id: str, chat_id: str) -> Session:
-        if await self.get_session(user_id, chat_id) is not None:
+    async def reset_session(self, user_id: str, chat_id: str, *, exists: bool | None = None) -> Session:
+        """A new, empty session for the chat (the old one, if any, is deleted)."""
+        if exists is None:
+            exists = await self.get_session(user_id, chat_id, events=False) is not None
+        if exists:
             await self.session_service.delete_session(app_name=self.app_name, user_id=user_id, session_id=chat_id)
         return await self.create_session(user_id, chat_id)
 

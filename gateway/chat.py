@@ -147,22 +147,17 @@ class ChatService:
         prior = request.messages[:-1]
         prior_user_ids = [m.id for m in prior if m.role == "user"]
         session = await self.host.get_session(user, chat, events=False)
-        if session is None:
-            session = await self.host.create_session(user, chat)
+        turns = list(session.state.get(TURNS_STATE_KEY) or []) if session is not None else []
+        # The client's history is the truth: an unknown chat imports it; a regenerate, an edited
+        # message or any other divergence from the turns this session ran rebuilds the session.
+        in_sync = request.trigger != "regenerate-message" and last.id not in turns and turns == prior_user_ids
+        if session is None or not in_sync:
+            if session is not None:
+                log.info("session_rebuilt", chat_id=chat, reason=request.trigger)
+            session = await self.host.reset_session(user, chat, exists=session is not None)
             if prior:
                 await self.host.import_history(session, prior)
             turns = prior_user_ids
-        else:
-            turns = list(session.state.get(TURNS_STATE_KEY) or [])
-            rebuild = (
-                request.trigger == "regenerate-message" or last.id in turns or turns != prior_user_ids
-            )
-            if rebuild:
-                log.info("session_rebuilt", chat_id=chat, reason=request.trigger)
-                session = await self.host.reset_session(user, chat)
-                if prior:
-                    await self.host.import_history(session, prior)
-                turns = prior_user_ids
         book = ApprovalBook.from_state(session.state.get(APPROVALS_STATE_KEY))
         for abandoned in book.abandon_all():
             log.info("approval_abandoned", chat_id=chat, tool_call_id=abandoned.tool_call_id)
