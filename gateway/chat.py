@@ -389,19 +389,20 @@ class ChatService:
                 automatic = effect.browser and book.permission(effect.tool_name) is Permission.ALWAYS
                 if record.state is not CallState.INPUT_AVAILABLE:
                     continue
+                if automatic:
+                    # "Always allowed" in this chat: not asked. The call is announced as a browser
+                    # tool to run now, and a page that answered "always" runs it at once (ai 6 has
+                    # no chunk for an automatic approval; ai 7's request + response pair would cost
+                    # an extra round trip before the browser may run it).
+                    turn["asks"] = turn.get("asks", 0) + 1
+                    continue
                 approval_id = _new_approval_id()
                 book.request_approval(
                     effect.tool_call_id, approval_id, now=time.time(), confirmation_id=effect.confirmation_id
                 )
                 turn["asks"] = turn.get("asks", 0) + 1
                 self.metrics.approvals_issued.inc()
-                emit(c.ToolApprovalRequest(approvalId=approval_id, toolCallId=effect.tool_call_id,
-                                           isAutomatic=True if automatic else None).to_wire())
-                if automatic:
-                    # Decided by the chat's "always", as ai 7's streamText sends it: the request, then
-                    # its answer (which needs the request's id). ai 6 has no tool-approval-response,
-                    # so an ai 6 client is asked again; either answer continues as an approval.
-                    emit(c.ToolApprovalResponse(approvalId=approval_id, approved=True, reason="always").to_wire())
+                emit(c.ToolApprovalRequest(approvalId=approval_id, toolCallId=effect.tool_call_id).to_wire())
             elif isinstance(effect, BrowserCall):
                 book.track(effect.tool_call_id, effect.tool_name, browser=True)
                 turn["asks"] = turn.get("asks", 0) + 1

@@ -144,7 +144,18 @@ class Run {
   onToolCall(toolCall) {
     const config = this.scenario.browserTools?.[toolCall.toolName];
     const parts = toolParts(this.chat.messages, toolCall.toolCallId);
-    const approved = parts.some(p => p.approval?.approved === true);
+    // Approved for this call, or "always" allowed earlier in the chat (then the gateway announces
+    // later calls without a question to an ai 6 client).
+    const approved =
+      parts.some(p => p.approval?.approved === true) ||
+      this.chat.messages.some(m =>
+        m.parts.some(
+          p =>
+            (p.type === `tool-${toolCall.toolName}` || p.toolName === toolCall.toolName) &&
+            p.approval?.approved === true &&
+            p.approval?.reason === 'always',
+        ),
+      );
     const record = {
       toolName: toolCall.toolName,
       toolCallId: toolCall.toolCallId,

@@ -120,9 +120,6 @@ def test_always_allow_browser_tool(gateway_url: str, client: tuple[str, dict[str
         approve(True, toolName="change_bgm", reason="always"),
         send('/tool change_bgm {"track": 2}'),
     ]
-    if not headers:
-        # Without the v7 chunk set the client cannot be told of an automatic approval: asked again.
-        steps.append(approve(True, toolName="change_bgm"))
     result = chat(gateway_url, kind, *steps, headers=headers, browserTools={"change_bgm": {"output": BGM_OUTPUT}})
     first, second = two_turns(result)
     assert not result["loop"]
@@ -131,9 +128,11 @@ def test_always_allow_browser_tool(gateway_url: str, client: tuple[str, dict[str
     for message in (first, second):
         [part] = tool_parts(message, "change_bgm")
         assert part["state"] == "output-available" and part["output"] == BGM_OUTPUT
-        assert part["approval"]["approved"] is True
+    [first_part] = tool_parts(first, "change_bgm")
+    assert first_part["approval"]["approved"] is True
+    [second_part] = tool_parts(second, "change_bgm")
+    assert "approval" not in second_part  # never asked: run at once by the client that said "always"
     assert "change_bgm -> " in text_of(second)
     second_turn = result["requests"][3:]
-    if headers:
-        assert "tool-approval-response" in second_turn[0]["chunkTypes"]
-    assert len(second_turn) <= 3  # call, (approval,) output: never a loop
+    assert "tool-approval-request" not in second_turn[0]["chunkTypes"]
+    assert len(second_turn) == 2  # the call, then its output: no question, never a loop

@@ -228,42 +228,14 @@ async def test_always_allow_browser_tool(client: TestClient[Any, Any], major: in
     second = await chat.send('/tool show_card {"title": "again"}')
     assert second.finish_reason == "tool-calls"
     [part] = chat.tool_parts("show_card")
-    [request] = second.of_type("tool-approval-request")
-    if major >= 7:
-        # Not asked: an automatic approval (request, then its answer), folded in without an unknown id.
-        assert request["isAutomatic"] is True
-        [response] = second.of_type("tool-approval-response")
-        assert response["approvalId"] == request["approvalId"] and response["approved"] is True
-        assert part["state"] == "approval-responded"
-        assert part["approval"]["approved"] is True
-        # sendAutomaticallyWhen (approval responses complete) posts it; the call is re-announced.
-        go = await chat.continue_()
-    else:
-        # ai 6 cannot be told of an automatic approval: it is asked again, and the answer goes on.
-        assert "tool-approval-response" not in second.types
-        assert part["state"] == "approval-requested"
-        go = await chat.approve()
-    assert go.types == ["start", "tool-input-available", "finish"]
+    # Not asked: announced as a browser tool to run now (the page knows it answered "always").
+    assert "tool-approval-request" not in second.types
+    assert "tool-approval-response" not in second.types
+    assert part["state"] == "input-available" and "approval" not in part
     chat.add_output(part, {"shown": True, "title": "again"})
     done = await chat.continue_()
     assert done.status == 200 and done.finish_reason == "stop"
     assert lines_of(done, "show_card") == ['show_card -> {"shown":true,"title":"again"}']
-
-
-async def test_always_allow_browser_tool_output_at_once(client: TestClient[Any, Any]) -> None:
-    """An ai 7 page that runs the automatically approved tool at once needs only one more POST."""
-    chat = Conversation(client, major=7)
-    await chat.send(CARD)
-    await chat.approve(True, reason="always")
-    [part] = chat.tool_parts("show_card")
-    chat.add_output(part, CARD_OUTPUT)
-    await chat.continue_()
-    await chat.send('/tool show_card {"title": "again"}')
-    [part] = chat.tool_parts("show_card")
-    chat.add_output(part, {"ok": 1})  # output-available, carrying the automatic approval
-    done = await chat.continue_()
-    assert done.status == 200 and done.finish_reason == "stop"
-    assert lines_of(done, "show_card") == ['show_card -> {"ok":1}']
 
 
 async def test_never_allow_server_tool(client: TestClient[Any, Any], log: ToolLog) -> None:

@@ -304,12 +304,31 @@ function runBrowserTool(chat, call) {
 function handleToolCall(chat, { toolCall }) {
   const tool = BROWSER_TOOLS[toolCall.toolName];
   if (tool == null) return;
-  if (tool.needsApproval) {
+  if (tool.needsApproval && !alwaysAllowed(chat.messages, toolCall.toolName)) {
     const parts = findToolParts(chat.messages, toolCall.toolCallId);
     const approved = parts.some(part => part.approval?.approved === true);
     if (!approved) return;
   }
   runBrowserTool(chat, toolCall);
+}
+
+/**
+ * Whether the user chose "Always allow" for this tool earlier in the chat. The
+ * gateway then announces later calls without asking (ai 6 has no chunk to say
+ * "approved automatically"), so the page runs them at once.
+ * @param {import('ai').UIMessage[]} messages
+ * @param {string} toolName
+ */
+function alwaysAllowed(messages, toolName) {
+  return messages.some(message =>
+    message.parts.some(
+      part =>
+        isToolOrDynamicToolUIPart(part) &&
+        getToolOrDynamicToolName(part) === toolName &&
+        /** @type {any} */ (part).approval?.approved === true &&
+        /** @type {any} */ (part).approval?.reason === 'always',
+    ),
+  );
 }
 
 /**
@@ -325,7 +344,7 @@ function runPendingBrowserTools(chat) {
     const toolName = getToolOrDynamicToolName(part);
     const tool = BROWSER_TOOLS[toolName];
     if (tool == null || part.state !== 'input-available') continue;
-    if (tool.needsApproval && part.approval?.approved !== true) continue;
+    if (tool.needsApproval && part.approval?.approved !== true && !alwaysAllowed(chat.messages, toolName)) continue;
     runBrowserTool(chat, { toolName, toolCallId: part.toolCallId, input: part.input });
   }
 }
