@@ -92,6 +92,51 @@ async def _errors(
         raise
 
 
+CORS_ALLOW_HEADERS = "content-type, x-user-id, x-ai-sdk-major, x-request-id, authorization"
+CORS_EXPOSE_HEADERS = "x-vercel-ai-ui-message-stream"
+
+
+def _cors_origin(request: web.Request) -> str | None:
+    """The value for Access-Control-Allow-Origin, or None when this origin is not allowed."""
+    allowed = request.app[SETTINGS].cors
+    origin = request.headers.get("Origin")
+    if not allowed or origin is None or not request.path.startswith("/api/"):
+        return None
+    if "*" in allowed:
+        return "*"
+    return origin if origin.rstrip("/") in allowed else None
+
+
+@web.middleware
+async def _cors_preflight(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    if request.method == "OPTIONS" and request.headers.get("Access-Control-Request-Method"):
+        origin = _cors_origin(request)
+        if origin is None:
+            return web.Response(status=403)
+        return web.Response(
+            status=204,
+            headers={
+                "Access-Control-Allow-Origin": origin,
+                "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+                "Access-Control-Allow-Headers": CORS_ALLOW_HEADERS,
+                "Access-Control-Max-Age": "600",
+                "Vary": "Origin",
+            },
+        )
+    return await handler(request)
+
+
+async def _cors_headers(request: web.Request, response: web.StreamResponse) -> None:
+    # on_response_prepare: also reaches streaming responses, whose headers go out before the body.
+    origin = _cors_origin(request)
+    if origin is not None and "Access-Control-Allow-Origin" not in response.headers:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSE_HEADERS
+        response.headers["Vary"] = "Origin"
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
@@ -129,7 +174,7 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
     from transports.websocket import chat_socket
 
     settings = settings or Settings()
-    app = web.Application(middlewares=[_errors], client_max_size=settings.max_body_bytes + 1024)
+    app = web.Application(middlewares=[_cors_preflight, _errors], client_max_size=settings.max_body_bytes + 1024)
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
     app[SOCKETS] = set()
@@ -137,6 +182,7 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
         app[HOST] = host
     app.cleanup_ctx.append(_agent_context)
     app.on_shutdown.append(_close_sockets)
+    app.on_response_prepare.append(_cors_headers)
 
     web_dir = _web_dir(settings)
 

@@ -78,6 +78,11 @@ class Settings(BaseModel):
         description="Comma-separated Origins allowed to open the WebSocket; empty: same host only. "
         "'*' allows any (not recommended).",
     )
+    cors_origins: str = Field(
+        default="",
+        description="Comma-separated Origins of chat apps on other origins allowed to call the HTTP API "
+        "(CORS); empty: none (same-origin pages need none). '*' allows any origin without credentials.",
+    )
     vad_silence_ms: int = Field(
         default=700, ge=100, le=10_000, description="Hands-free live mode: silence that ends an utterance."
     )
@@ -106,6 +111,10 @@ class Settings(BaseModel):
         if not value.strip():
             raise ValueError("must not be empty")
         return value.strip()
+
+    @property
+    def cors(self) -> frozenset[str]:
+        return frozenset(o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip())
 
     @property
     def origins(self) -> frozenset[str]:

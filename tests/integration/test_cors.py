@@ -1,0 +1,64 @@
+"""CORS for chat apps served from another origin (`--cors-origins`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp.test_utils import TestClient, TestServer
+
+from gateway.app import make_app
+from gateway.config import Settings
+
+APP = "http://localhost:3000"
+BODY = {"id": "cors", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "/echo hi"}]}]}
+PREFLIGHT = {
+    "Origin": APP,
+    "Access-Control-Request-Method": "POST",
+    "Access-Control-Request-Headers": "content-type",
+}
+
+
+async def client_for(aiohttp_client: Any, **settings: Any) -> TestClient[Any, Any]:
+    client: TestClient[Any, Any] = await aiohttp_client(TestServer(make_app(Settings(**settings))))
+    return client
+
+
+async def test_allowed_origin_gets_preflight_and_stream_headers(aiohttp_client: Any) -> None:
+    client = await client_for(aiohttp_client, cors_origins=f"{APP}, https://other.example")
+    preflight = await client.options("/api/chat", headers=PREFLIGHT)
+    assert preflight.status == 204
+    assert preflight.headers["Access-Control-Allow-Origin"] == APP
+    assert "POST" in preflight.headers["Access-Control-Allow-Methods"]
+    assert "content-type" in preflight.headers["Access-Control-Allow-Headers"]
+    response = await client.post("/api/chat", json=BODY, headers={"Origin": APP})
+    assert response.status == 200
+    assert response.headers["Access-Control-Allow-Origin"] == APP
+    assert response.headers["Vary"] == "Origin"
+    assert "data: [DONE]" in await response.text()
+    resume = await client.get("/api/chat/cors/stream", headers={"Origin": APP})
+    assert resume.status == 204
+    assert resume.headers["Access-Control-Allow-Origin"] == APP
+
+
+async def test_other_origins_get_no_cors(aiohttp_client: Any) -> None:
+    client = await client_for(aiohttp_client, cors_origins=APP)
+    preflight = await client.options("/api/chat", headers={**PREFLIGHT, "Origin": "https://evil.example"})
+    assert preflight.status == 403
+    assert "Access-Control-Allow-Origin" not in preflight.headers
+    response = await client.post("/api/chat", json=BODY, headers={"Origin": "https://evil.example"})
+    assert "Access-Control-Allow-Origin" not in response.headers
+
+
+async def test_off_by_default(aiohttp_client: Any) -> None:
+    client = await client_for(aiohttp_client)
+    preflight = await client.options("/api/chat", headers=PREFLIGHT)
+    assert preflight.status == 403
+    response = await client.post("/api/chat", json=BODY, headers={"Origin": APP})
+    assert response.status == 200
+    assert "Access-Control-Allow-Origin" not in response.headers
+
+
+async def test_wildcard(aiohttp_client: Any) -> None:
+    client = await client_for(aiohttp_client, cors_origins="*")
+    preflight = await client.options("/api/chat", headers=PREFLIGHT)
+    assert preflight.headers["Access-Control-Allow-Origin"] == "*"
