@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from tests.node_script import run_node_script
+
 pytestmark = pytest.mark.browser
 
 BROWSER_DIR = Path(__file__).resolve().parent
@@ -46,24 +48,13 @@ def run_page_script(url: str, workdir: Path) -> tuple[dict[str, Any], subprocess
     tmp = workdir / "tmp"  # Chromium's fresh profile (user-data-dir) goes here
     tmp.mkdir()
     config = {"url": url, "screenshotDir": str(screenshots), "executablePath": CHROMIUM}
-    proc = subprocess.run(
-        ["node", str(SCRIPT), json.dumps(config)],
-        cwd=BROWSER_DIR,
+    return run_node_script(
+        SCRIPT,
+        json.dumps(config),
         env={**os.environ, "TMPDIR": str(tmp)},
-        capture_output=True,
-        text=True,
         timeout=RUN_TIMEOUT_S,
-        check=False,
+        stderr_chars=6000,
     )
-    lines = proc.stdout.strip().splitlines()
-    try:
-        result: dict[str, Any] = json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        raise AssertionError(
-            f"chat_page.mjs printed no JSON result (exit {proc.returncode})\n"
-            f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-6000:]}"
-        ) from None
-    return result, proc
 
 
 def test_chat_page_both_transports(browser_gateway_url: str, tmp_path_factory: pytest.TempPathFactory) -> None:

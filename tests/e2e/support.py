@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
+
+from tests.node_script import run_node_script
 
 E2E_DIR = Path(__file__).resolve().parent
 DRIVER = E2E_DIR / "driver.mjs"
@@ -33,23 +34,7 @@ def run_scenario(scenario: dict[str, Any]) -> dict[str, Any]:
     that a failing assertion shows what Node said.
     """
     timeout_s = scenario.get("timeoutMs", 20000) / 1000 + 15
-    proc = subprocess.run(
-        ["node", str(DRIVER)],
-        input=json.dumps(scenario),
-        cwd=E2E_DIR,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-    lines = proc.stdout.strip().splitlines()
-    try:
-        result: dict[str, Any] = json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        raise AssertionError(
-            f"driver printed no JSON result (exit {proc.returncode})\n"
-            f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
-        ) from None
+    result, proc = run_node_script(DRIVER, stdin=json.dumps(scenario), timeout=timeout_s)
     if not result.get("ok") or proc.returncode != 0:
         result["stderr"] = proc.stderr[-4000:]
     return result

@@ -18,26 +18,19 @@ the run going.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.gateway_process import running_gateway
 
 from .support import assert_clean, problems, run_scenario, single_turn, text_of, tool_parts
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
 KINDS = ["sse6", "sse7", "ws", "ws6"]
 STREAM = "/stream 40 50"  # 40 deltas, 50 ms apart: about 2 s
 FULL_TEXT = "".join(f"tok{i} " for i in range(40))
@@ -47,60 +40,18 @@ PAYMENT = '/tool process_payment {"amount": 5, "recipient": "bob"}'
 # --- the second gateway --------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=1) as response:
-            return bool(response.status == 200)
-    except (OSError, urllib.error.URLError):
-        return False
-
-
 @pytest.fixture(scope="module")
 def resume_gateway_url(gateway_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A gateway serving tests.e2e.slow_agent with --detach-on-disconnect (always started here)."""
     del gateway_url  # depends on it only for its Node setup check
-    venv_python = ROOT / ".venv" / "bin" / "python"
-    python = str(venv_python) if venv_python.exists() else sys.executable
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    log_path = tmp_path_factory.mktemp("resume-gateway") / "gateway.log"
-    env = {**os.environ, "ADK_GATEWAY_LOG_FORMAT": "json"}
-    env.pop("GOOGLE_API_KEY", None)
-    args = [
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
+    with running_gateway(
         "--agent",
         "tests.e2e.slow_agent:root_agent",
         "--detach-on-disconnect",
-    ]
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [python, "-m", "gateway", *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while not _healthy(url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(
-                    f"the resume gateway did not start:\n{log_path.read_text(errors='replace')[-4000:]}", pytrace=False
-                )
-            time.sleep(0.1)
+        log=tmp_path_factory.mktemp("resume-gateway") / "gateway.log",
+        name="the resume gateway",
+    ) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 # --- helpers -------------------------------------------------------------------------------

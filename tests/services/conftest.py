@@ -13,7 +13,8 @@ test`); a missing binary fails the test with that hint instead of skipping it.
 - nginx: `nginx -p <tmp> -c <tmp>/nginx.conf -e <tmp>/error.log` in the foreground
   (`daemon off`), with a generated main config that includes a rendered copy of
   deploy/nginx/adk-gateway.conf (see `render_site_conf`).
-- Gateway: `.venv/bin/python -m gateway --port N ...` with the offline scripted model.
+- Gateway: `.venv/bin/python -m gateway --port N ...` with the offline scripted model, started by
+  tests/gateway_process.py.
 """
 
 from __future__ import annotations
@@ -27,11 +28,8 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +38,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.gateway_process import GatewayProcess, free_port, start_gateway_process, stop_process
+
 ROOT = Path(__file__).resolve().parents[2]
 SITE_CONF = ROOT / "deploy" / "nginx" / "adk-gateway.conf"
 HINT = "run make test (installs Debian packages)"
@@ -47,12 +47,6 @@ STARTUP_DEADLINE_S = 60.0
 
 
 # --- small helpers ------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def need_binary(name: str, *candidates: str) -> str:
@@ -73,17 +67,6 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, log: Path | 
             return
         time.sleep(0.05)
     pytest.fail(f"{what} did not listen on 127.0.0.1:{port} within {STARTUP_DEADLINE_S:.0f} s", pytrace=False)
-
-
-def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(sig)
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------------
@@ -152,64 +135,27 @@ def redis_url() -> Iterator[str]:
         _wait_port(port, proc, "redis-server", log)
         yield f"redis://127.0.0.1:{port}/0"
     finally:
-        _stop(proc)
+        stop_process(proc)
         shutil.rmtree(data, ignore_errors=True)
 
 
 # --- gateway processes --------------------------------------------------------------------------
 
 
-@dataclass
-class GatewayProcess:
-    url: str
-    port: int
-    proc: subprocess.Popen[bytes]
-    log: Path
-
-    def log_tail(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=1) as response:
-            return bool(response.status == 200)
-    except (OSError, urllib.error.URLError):
-        return False
-
-
 @pytest.fixture(scope="module")
 def start_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., GatewayProcess]]:
     """Starts `python -m gateway --port N <args>`; every process is stopped after the test."""
     started: list[GatewayProcess] = []
-    python = ROOT / ".venv" / "bin" / "python"
 
     def start(*args: str) -> GatewayProcess:
-        port = free_port()
-        log = tmp_path_factory.mktemp("gateway") / "gateway.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("ADK_GATEWAY_")}
-        env.pop("GOOGLE_API_KEY", None)  # the offline scripted model
-        env["ADK_GATEWAY_LOG_FORMAT"] = "json"
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [str(python) if python.exists() else sys.executable, "-m", "gateway",
-                 "--host", "127.0.0.1", "--port", str(port), *args],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-            )
-        gateway = GatewayProcess(f"http://127.0.0.1:{port}", port, proc, log)
+        gateway = start_gateway_process(*args, log=tmp_path_factory.mktemp("gateway") / "gateway.log", env=env)
         started.append(gateway)
-        deadline = time.monotonic() + STARTUP_DEADLINE_S
-        while not _healthy(gateway.url):
-            if proc.poll() is not None:
-                pytest.fail(f"gateway exited with {proc.returncode}:\n{gateway.log_tail()}", pytrace=False)
-            if time.monotonic() > deadline:
-                pytest.fail(f"gateway /healthz not 200 in time:\n{gateway.log_tail()}", pytrace=False)
-            time.sleep(0.05)
         return gateway
 
     yield start
     for gateway in started:
-        _stop(gateway.proc)
+        stop_process(gateway.proc)
 
 
 # --- nginx --------------------------------------------------------------------------------------
@@ -289,7 +235,7 @@ http {{
 
     yield start
     for nginx in started:
-        _stop(nginx.proc, signal.SIGQUIT)  # graceful: lets workers finish
+        stop_process(nginx.proc, signal.SIGQUIT)  # graceful: lets workers finish
         shutil.rmtree(nginx.prefix, ignore_errors=True)
 
 
