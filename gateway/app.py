@@ -49,6 +49,7 @@ async def _agent_context(app: web.Application) -> AsyncIterator[None]:
     registry = Registry(detach_on_disconnect=settings.detach_on_disconnect,
                         busy_grace_s=settings.busy_grace_ms / 1000)
     streams = _stream_store(settings)
+    streams.listen_for_stops(registry.stop_soon)
     app[REGISTRY] = registry
     app[SERVICE] = ChatService(host, registry, streams, approval_timeout_s=settings.approval_timeout_s,
                                stream_max_bytes=settings.stream_buffer_bytes, metrics=app[METRICS])

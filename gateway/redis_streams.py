@@ -46,11 +46,14 @@ ends, `current` expires after `retention_s` (as long as it still names this run:
 the chat is never touched) and the run's stream and flags `grace_s` later, so followers that are
 mid-read still get the end.
 
+Stops. `POST /api/chat/{id}/stop` on a process that does not run the chat publishes the chat on
+the `{prefix}:stop` channel; every process listens (`listen_for_stops`) and the one running it
+stops it. (A socket's `abort` names a request of that socket, so it is always local.)
+
 Limits: one Redis server, reached with `redis.asyncio.Redis.from_url` (the keys are cluster-slot
-safe, but no cluster or Sentinel client is set up); no cross-process *stop*: `POST
-/api/chat/{id}/stop` and a socket's `abort` stop a run only on the process that runs it (route
-them there, e.g. with sticky sessions by chat, or accept that only resume is shared). Redis
-errors never fail a run: the mirror logs and stops, and `lookup` falls back to the local store.
+safe, but no cluster or Sentinel client is set up); one run per chat is enforced per process, not
+across processes. Redis errors never fail a run: the mirror logs and stops, and `lookup` falls back
+to the local store.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, cast
 from urllib.parse import quote
@@ -334,6 +337,42 @@ class RedisStreamStore:
                 await asyncio.wait(late, timeout=1.0)
         self._mirrors.clear()
         await self.redis.aclose()
+
+    # --- stops from other processes -------------------------------------------------------------
+
+    @property
+    def stop_channel(self) -> str:
+        return f"{self.prefix}:stop"
+
+    def listen_for_stops(self, on_stop: Callable[[ChatKey], None]) -> None:
+        """Calls `on_stop(key)` for every chat another process was asked to stop."""
+        self._spawn(self._stop_listener(on_stop), "redis-stop-listener", reader=True)
+
+    async def broadcast_stop(self, key: ChatKey) -> int:
+        """Asks every process to stop the chat's run; returns how many processes heard it."""
+        try:
+            heard = await self.redis.publish(self.stop_channel, json.dumps(list(key)))
+        except (RedisError, OSError) as exc:
+            log.warning("redis_stop_publish_failed", error=repr(exc))
+            return 0
+        return int(heard)
+
+    async def _stop_listener(self, on_stop: Callable[[ChatKey], None]) -> None:
+        while True:
+            try:
+                async with self.redis.pubsub() as pubsub:
+                    await pubsub.subscribe(self.stop_channel)
+                    async for message in pubsub.listen():
+                        if message.get("type") != "message":
+                            continue
+                        try:
+                            user, chat = json.loads(message["data"])
+                        except (ValueError, TypeError):
+                            continue
+                        on_stop((str(user), str(chat)))
+            except (RedisError, OSError) as exc:
+                log.warning("redis_stop_listener_failed", error=repr(exc))
+                await asyncio.sleep(self.block_s)  # back off, then subscribe again
 
     # --- health --------------------------------------------------------------------------------
 

@@ -182,6 +182,14 @@ class Registry:
         await run.stop()
         return True
 
+    def stop_soon(self, key: ChatKey) -> None:
+        """Stops the chat's run if this process runs it, without waiting (a stop heard from another
+        process)."""
+        run = self.active_run(key)
+        if run is not None:
+            log.info("stop_from_elsewhere", chat_id=key[1])
+            run.cancel()
+
     async def aclose(self) -> None:
         """Stops every run (used at shutdown)."""
         self._closing = True

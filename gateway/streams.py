@@ -112,6 +112,8 @@ class StreamStore(Protocol):
     async def lookup(self, key: ChatKey) -> StreamLog | None: ...
     def discard(self, log: StreamLog) -> None: ...
     async def ping(self) -> bool: ...
+    def listen_for_stops(self, on_stop: Callable[[ChatKey], None]) -> None: ...
+    async def broadcast_stop(self, key: ChatKey) -> int: ...
     async def aclose(self) -> None: ...
 
 
@@ -142,6 +144,13 @@ class MemoryStreamStore:
     async def ping(self) -> bool:
         """Always reachable (readiness checks)."""
         return True
+
+    def listen_for_stops(self, on_stop: Callable[[ChatKey], None]) -> None:
+        """One process: every run is local, so there are no stops from elsewhere to hear."""
+
+    async def broadcast_stop(self, key: ChatKey) -> int:
+        """One process: nobody else to tell. Returns how many other processes heard it."""
+        return 0
 
     def discard(self, log: StreamLog) -> None:
         if self._logs.get(log.key) is log:

@@ -137,5 +137,10 @@ async def chat_stop(request: web.Request) -> web.Response:
     chat_id = request.match_info["chat_id"]
     user_id = user_id_of(request.headers, settings.user_header)
     stopped = await service.registry.stop((user_id, chat_id))
-    log.info("chat_stop", chat_id=chat_id, stopped=stopped)
-    return web.json_response({"stopped": stopped})
+    if stopped:
+        log.info("chat_stop", chat_id=chat_id, stopped=True)
+        return web.json_response({"stopped": True})
+    # Not running here: the process running it (if any) hears it through the stream store.
+    heard = await service.streams.broadcast_stop((user_id, chat_id))
+    log.info("chat_stop", chat_id=chat_id, stopped=False, forwarded_to=heard)
+    return web.json_response({"stopped": False, "forwarded": True} if heard else {"stopped": False})

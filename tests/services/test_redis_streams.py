@@ -202,3 +202,27 @@ async def test_overflow_and_retention(redis_url: str) -> None:
     finally:
         await writer.aclose()
         await reader.aclose()
+
+
+async def test_stop_on_another_instance(redis_url: str) -> None:
+    """`POST /api/chat/{id}/stop` on B stops the run that A is running (through Redis pub/sub)."""
+    settings = Settings(stream_store=redis_url, detach_on_disconnect=True)
+    chat_id = f"redis-stop-{uuid.uuid4().hex[:8]}"
+    async with _client(settings) as a, _client(settings) as b:
+        response = await a.post("/api/chat", json=chat_body(chat_id, "/stream 400 25"))
+        assert response.status == 200
+        await read_sse(response, until=lambda read: "text-delta" in read.types())
+        response.close()
+        run = a.app[REGISTRY].active_run((USER, chat_id))
+        assert run is not None, "the detached run should still be going"
+
+        stop = await b.post(f"/api/chat/{chat_id}/stop")
+        assert await stop.json() == {"stopped": False, "forwarded": True}
+        async with asyncio.timeout(5):
+            await run.done.wait()
+        assert a.app[REGISTRY].active_run((USER, chat_id)) is None
+        assert run.log.chunks[-1] == {"type": "abort", "reason": "stopped"}
+        # The chat is free again on A.
+        again = await a.post("/api/chat", json=chat_body(chat_id, "/echo again"))
+        assert again.status == 200
+        assert "again" in (await read_sse(again)).text()
