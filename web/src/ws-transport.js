@@ -104,6 +104,27 @@ function asError(error) {
 }
 
 /** @param {unknown} value @returns {value is Record<string, unknown>} */
+/**
+ * A promise with its settle functions, marked handled: whoever still waits on
+ * it gets the rejection; a promise nobody waits on any more raises no
+ * unhandled rejection.
+ * @template T
+ * @returns {{promise: Promise<T>, resolve: (value: T) => void, reject: (error: Error) => void}}
+ */
+function deferred() {
+  /** @type {(value: T) => void} */
+  let resolve = () => {};
+  /** @type {(error: Error) => void} */
+  let reject = () => {};
+  /** @type {Promise<T>} */
+  const promise = new Promise((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  void promise.catch(() => {});
+  return { promise, resolve, reject };
+}
+
 function isRecord(value) {
   return value != null && typeof value === 'object' && !Array.isArray(value);
 }
@@ -342,18 +363,14 @@ export class WebSocketChatTransport {
     const socket = await this.getSocket(options.abortSignal);
     const requestId = generateId();
 
-    /** @type {(stream: ReadableStream<UIMessageChunk> | null) => void} */
-    let resolveResponse = () => {};
-    /** @type {(error: Error) => void} */
-    let rejectResponse = () => {};
-    /** @type {Promise<ReadableStream<UIMessageChunk> | null>} */
-    const responsePromise = new Promise((resolve, reject) => {
-      resolveResponse = resolve;
-      rejectResponse = reject;
-    });
-    // The request can be aborted between registration and transmission: mark
-    // the promise handled now, the caller still gets the rejection below.
-    void responsePromise.catch(() => {});
+    // The request can be aborted between registration and transmission: the
+    // promise is marked handled now, the caller still gets the rejection below.
+    /** @type {ReturnType<typeof deferred<ReadableStream<UIMessageChunk> | null>>} */
+    const {
+      promise: responsePromise,
+      resolve: resolveResponse,
+      reject: rejectResponse,
+    } = deferred();
 
     const request = this.createActiveRequest({
       requestId,
@@ -440,23 +457,15 @@ export class WebSocketChatTransport {
     }
 
     if (this.connection == null) {
-      /** @type {(socket: WebSocketLike) => void} */
-      let resolveConnection = () => {};
-      /** @type {(error: Error) => void} */
-      let rejectConnection = () => {};
-      /** @type {Promise<WebSocketLike>} */
-      const promise = new Promise((resolve, reject) => {
-        resolveConnection = resolve;
-        rejectConnection = reject;
-      });
       // Failures reach callers through waitForConnection; a connection no
       // request waits on any more must not raise an unhandled rejection.
-      void promise.catch(() => {});
+      /** @type {ReturnType<typeof deferred<WebSocketLike>>} */
+      const { promise, resolve, reject } = deferred();
 
       const connection = {
         promise,
-        resolve: resolveConnection,
-        reject: rejectConnection,
+        resolve,
+        reject,
         socket: undefined,
         settled: false,
       };
