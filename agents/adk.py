@@ -259,31 +259,11 @@ class AgentHost:
                             )
                         )
                     )
-            if calls:
-                await self._append(
-                    session,
-                    Event(
-                        invocation_id=invocation_id, author=agent_name, content=types.Content(role="model", parts=calls)
-                    ),
-                )
-            if responses:
-                await self._append(
-                    session,
-                    Event(
-                        invocation_id=invocation_id,
-                        author=agent_name,
-                        content=types.Content(role="user", parts=responses),
-                    ),
-                )
-            if text_parts:
-                await self._append(
-                    session,
-                    Event(
-                        invocation_id=invocation_id,
-                        author=agent_name,
-                        content=types.Content(role="model", parts=text_parts),
-                    ),
-                )
+            # The model's calls, the responses it got (ADK sends them as role "user"), then its text.
+            for role, parts in (("model", calls), ("user", responses), ("model", text_parts)):
+                if parts:
+                    content = types.Content(role=role, parts=parts)
+                    await self._append(session, Event(invocation_id=invocation_id, author=agent_name, content=content))
 
     async def _append(self, session: Session, event: Event) -> None:
         event.timestamp = time.time()
