@@ -334,8 +334,7 @@ class ChatService:
                 events = self.host.run(ctx.user_id, chat_id, plan.new_message, state_delta=plan.state_delta)
                 async for event in events:
                     self._convert(event, converter, book, turn, emit)
-            elif plan.state_delta:
-                await self.host.save_state(ctx.user_id, chat_id, plan.state_delta)
+            # Also the only write when nothing ran (an approved browser tool re-announced).
             await self._save(ctx.user_id, chat_id, book, turn)
             for chunk in converter.finish():
                 emit(chunk.to_wire())
