@@ -87,7 +87,6 @@ class Registry:
         self.connections: dict[str, Connection] = {}
         self.runs: dict[ChatKey, ChatRun] = {}
         self._ids = itertools.count(1)
-        self._closing = False
 
     # --- connections -----------------------------------------------------------------------
 
@@ -192,7 +191,6 @@ class Registry:
 
     async def aclose(self) -> None:
         """Stops every run (used at shutdown)."""
-        self._closing = True
         await asyncio.gather(*(run.stop() for run in list(self.runs.values())), return_exceptions=True)
 
     def counts(self) -> dict[str, int]:

@@ -251,7 +251,7 @@ class SocketSession:
         transport: WebSocketRequestTransport,
         *,
         start: int,
-        stream_log: Any = None,
+        stream_log: StreamLog | None = None,
     ) -> None:
         source = stream_log if stream_log is not None else run.log if run is not None else None
         if source is None:
