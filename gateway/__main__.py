@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+import structlog
 from aiohttp import web
 
 from gateway.config import SettingsError, load_settings
@@ -20,7 +21,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_format, settings.log_level)
     from agents.adk import AgentLoadError
     from gateway.app import make_app
+    from gateway.auth import ApiKeyFileError
+    from gateway.config import is_loopback
 
+    if settings.auth == "none" and not is_loopback(settings.host):
+        structlog.get_logger("gateway").warning(
+            "anonymous_access", host=settings.host,
+            detail="--auth none on a reachable host: any client can act as any user (--allow-anonymous)",
+        )
     try:
         app = make_app(settings)
         web.run_app(
@@ -34,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except AgentLoadError as exc:
         print(f"adk-gateway: cannot load agent: {exc}", file=sys.stderr)
+        return 2
+    except ApiKeyFileError as exc:
+        print(f"adk-gateway: --auth-api-keys-file / ADK_GATEWAY_AUTH_API_KEYS_FILE: {exc}", file=sys.stderr)
         return 2
     return 0
 

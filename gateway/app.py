@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -10,10 +11,11 @@ import structlog
 from aiohttp import WSCloseCode, web
 
 from agents.adk import AgentHost, load_agent, session_service_from_uri
+from gateway.auth import AnonymousAuth, Identity, bearer_token, build_authenticator, redact
 from gateway.chat import ChatService
 from gateway.config import Settings
-from gateway.errors import GatewayError
-from gateway.keys import HOST, METRICS, REGISTRY, SERVICE, SETTINGS, SOCKETS
+from gateway.errors import GatewayError, OriginRefused, Unauthorized, UnsupportedMediaType
+from gateway.keys import AUTH, HOST, IDENTITY, METRICS, REGISTRY, SERVICE, SETTINGS, SOCKETS
 from gateway.metrics import Metrics
 from gateway.registry import Registry
 from gateway.streams import MemoryStreamStore, StreamStore
@@ -61,6 +63,7 @@ async def _agent_context(app: web.Application) -> AsyncIterator[None]:
         await registry.aclose()
         await streams.aclose()
         await host.aclose()
+        await app[AUTH].aclose()
 
 
 async def _close_sockets(app: web.Application) -> None:
@@ -82,7 +85,7 @@ async def _errors(
     try:
         return await handler(request)
     except GatewayError as exc:
-        return web.json_response(exc.body(), status=exc.status)
+        return web.json_response(exc.body(), status=exc.status, headers=exc.headers())
     except web.HTTPRequestEntityTooLarge:
         return web.json_response({"error": {"code": "payload_too_large", "message": "The request body is too large."}},
                                  status=413)
@@ -91,6 +94,70 @@ async def _errors(
             return web.json_response({"error": {"code": exc.reason.lower().replace(" ", "_"), "message": exc.reason}},
                                      status=exc.status)
         raise
+
+
+WS_PATH = "/api/chat/ws"
+
+
+def same_origin(request: web.Request, origin: str) -> bool:
+    """The Origin names the host this request was sent to (the page's own)."""
+    return origin.rstrip("/").split("://", 1)[-1] == request.headers.get("Host", "")
+
+
+@web.middleware
+async def _guard_posts(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """CSRF: a form or `text/plain` POST from another site, or any POST from a foreign origin, is
+    refused before it can start or stop a run. A JSON POST from another origin needs a CORS
+    preflight, which only `--cors-origins` passes."""
+    if request.method == "POST" and request.path.startswith("/api/"):
+        origin = request.headers.get("Origin")
+        if origin is not None and not same_origin(request, origin):
+            allowed = request.app[SETTINGS].cors
+            if "*" not in allowed and origin.rstrip("/") not in allowed:
+                _refused(request, "foreign_origin", origin=origin)
+                raise OriginRefused("This origin may not call the chat API.")
+        if request.content_type != "application/json":
+            _refused(request, "not_json", content_type=request.content_type)
+            raise UnsupportedMediaType()
+    return await handler(request)
+
+
+def _refused(request: web.Request, reason: str, **detail: object) -> None:
+    request.app[METRICS].auth_refused.labels(reason=reason).inc()
+    log.info("request_refused_at_door", reason=reason, method=request.method, path=redact(request.path_qs),
+             peer=request.remote, **detail)
+
+
+@web.middleware
+async def _authenticate(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Every `/api/` request gets its `Identity` here, or a 401 before its handler runs."""
+    if not request.path.startswith("/api/"):
+        return await handler(request)
+    auth = request.app[AUTH]
+    if isinstance(auth, AnonymousAuth):
+        request[IDENTITY] = auth.claimed(request.headers)
+        return await handler(request)
+    token = bearer_token(request.headers)
+    if token is None and request.path == WS_PATH:
+        token = request.query.get("access_token") or None  # browsers cannot set handshake headers
+    if token is None:
+        _refused(request, "no_credential")
+        raise Unauthorized()
+    try:
+        request[IDENTITY] = await auth.verify(token)
+    except Unauthorized as exc:
+        _refused(request, "invalid_credential", detail=exc.detail)
+        raise
+    return await handler(request)
+
+
+def identity_of(request: web.Request) -> Identity:
+    """The caller the middleware authenticated."""
+    return request[IDENTITY]
 
 
 CORS_ALLOW_HEADERS = "content-type, x-user-id, x-ai-sdk-major, x-request-id, authorization"
@@ -157,8 +224,19 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ready", "agent": host.app_name})
 
 
+async def me(request: web.Request) -> web.Response:
+    """Who the credential names; pages call it to learn whether they must ask for a token."""
+    return web.json_response({"user": identity_of(request).user_id, "auth": request.app[AUTH].mode})
+
+
 async def metrics(request: web.Request) -> web.Response:
     m = request.app[METRICS]
+    expected = request.app[SETTINGS].metrics_token
+    if expected:
+        offered = bearer_token(request.headers) or ""
+        if not hmac.compare_digest(offered.encode(), expected.encode()):
+            error = Unauthorized(token_sent=bool(offered))
+            return web.json_response(error.body(), status=error.status, headers=error.headers())
     if REGISTRY in request.app:
         counts = request.app[REGISTRY].counts()
         m.active_runs.set(counts["runs"])
@@ -175,8 +253,10 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
     from transports.websocket import chat_socket
 
     settings = settings or Settings()
-    app = web.Application(middlewares=[_cors_preflight, _errors], client_max_size=settings.max_body_bytes + 1024)
+    app = web.Application(middlewares=[_cors_preflight, _errors, _guard_posts, _authenticate],
+                          client_max_size=settings.max_body_bytes + 1024)
     app[SETTINGS] = settings
+    app[AUTH] = build_authenticator(settings)
     app[METRICS] = Metrics()
     app[SOCKETS] = set()
     if host is not None:
@@ -194,7 +274,8 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
         return web.Response(text=FALLBACK_PAGE, content_type="text/html")
 
     app.router.add_post("/api/chat", chat_post)
-    app.router.add_get("/api/chat/ws", chat_socket)
+    app.router.add_get(WS_PATH, chat_socket)
+    app.router.add_get("/api/me", me)
     app.router.add_get("/api/chat/{chat_id}/stream", chat_resume)
     app.router.add_post("/api/chat/{chat_id}/stop", chat_stop)
     app.router.add_get("/healthz", healthz)

@@ -7,15 +7,27 @@ process with one clear line naming the setting.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-__all__ = ["ENV_PREFIX", "Settings", "SettingsError", "load_settings"]
+__all__ = ["ENV_PREFIX", "Settings", "SettingsError", "is_loopback", "load_settings"]
 
 ENV_PREFIX = "ADK_GATEWAY_"
+SECRET_SETTINGS = frozenset({"auth_jwt_secret", "metrics_token"})
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine can reach (127.0.0.0/8, ::1, localhost)."""
+    if host.strip().lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class SettingsError(ValueError):
@@ -47,9 +59,34 @@ class Settings(BaseModel):
     )
     log_format: Literal["json", "console"] = Field(default="console", description="Log format.")
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Log level.")
+    auth: Literal["none", "jwt", "api-keys"] = Field(
+        default="none",
+        description="How callers prove who they are: 'none' (the user is the --user-header value; only on a "
+        "loopback host unless --allow-anonymous), 'jwt' (Authorization: Bearer <JWT>, the user is its 'sub'), "
+        "or 'api-keys' (Authorization: Bearer <key> from --auth-api-keys-file).",
+    )
+    allow_anonymous: bool = Field(
+        default=False, description="Allow --auth none on a host that is not loopback (anyone can be anyone)."
+    )
+    auth_jwt_secret: str = Field(default="", description="--auth jwt: the HS256 shared secret.", repr=False)
+    auth_jwks_url: str = Field(
+        default="", description="--auth jwt: URL of a JWKS key set for RS256/ES256 tokens (cached, refetched "
+        "on an unknown 'kid')."
+    )
+    auth_jwks_cache_s: float = Field(default=300.0, ge=0, le=86_400, description="How long a JWKS key set is kept.")
+    auth_jwt_audience: str = Field(default="", description="--auth jwt: required 'aud' (empty: not checked).")
+    auth_jwt_issuer: str = Field(default="", description="--auth jwt: required 'iss' (empty: not checked).")
+    auth_jwt_leeway_s: float = Field(default=30.0, ge=0, le=3600, description="Clock leeway for 'exp' and 'nbf'.")
+    auth_api_keys_file: str = Field(
+        default="", description="--auth api-keys: file with one 'KEY USER' pair a line (re-read when it changes)."
+    )
+    metrics_token: str = Field(
+        default="", description="Bearer token GET /metrics requires (empty: /metrics is public).", repr=False
+    )
     user_header: str = Field(
         default="x-user-id",
-        description="Request header (or WebSocket frame header) naming the user; absent: 'anonymous'.",
+        description="With --auth none: the request header (or WebSocket handshake header) naming the user; "
+        "absent: 'anonymous'. Ignored with any other --auth.",
     )
     detach_on_disconnect: bool = Field(
         default=False,
@@ -111,6 +148,20 @@ class Settings(BaseModel):
         if not value.strip():
             raise ValueError("must not be empty")
         return value.strip()
+
+    @model_validator(mode="after")
+    def _auth_complete(self) -> Settings:
+        if self.auth == "jwt" and not (self.auth_jwt_secret or self.auth_jwks_url):
+            raise ValueError("--auth / ADK_GATEWAY_AUTH: 'jwt' needs --auth-jwt-secret or --auth-jwks-url")
+        if self.auth == "api-keys" and not self.auth_api_keys_file:
+            raise ValueError("--auth / ADK_GATEWAY_AUTH: 'api-keys' needs --auth-api-keys-file")
+        if self.auth == "none" and not self.allow_anonymous and not is_loopback(self.host):
+            raise ValueError(
+                f"--auth / ADK_GATEWAY_AUTH: 'none' lets anyone act as any user, so it is only allowed on a "
+                f"loopback host (got --host {self.host}); set --auth jwt or api-keys, or --allow-anonymous if "
+                f"this is meant"
+            )
+        return self
 
     @property
     def cors(self) -> frozenset[str]:
@@ -183,6 +234,10 @@ def load_settings(argv: Sequence[str] | None = None, env: Mapping[str, str] | No
     except ValidationError as exc:
         problems = []
         for error in exc.errors():
-            name = str(error["loc"][0]) if error["loc"] else "?"
-            problems.append(f"{_flag(name)} / {ENV_PREFIX}{name.upper()}: {error['msg']} (got {error.get('input')!r})")
+            if not error["loc"]:  # a rule over several settings: its message names them
+                problems.append(str(error["msg"]).removeprefix("Value error, "))
+                continue
+            name = str(error["loc"][0])
+            shown = "…" if name in SECRET_SETTINGS else repr(error.get("input"))
+            problems.append(f"{_flag(name)} / {ENV_PREFIX}{name.upper()}: {error['msg']} (got {shown})")
         raise SettingsError("invalid settings: " + "; ".join(problems)) from None

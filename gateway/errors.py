@@ -3,8 +3,10 @@
     GatewayError                      status  code
     ├── BadRequest                    400     bad_request (or a more precise code)
     │   └── PayloadTooLarge           413     payload_too_large
+    ├── Unauthorized                  401     unauthorized (with WWW-Authenticate: Bearer)
     ├── ApprovalInvalid               403     approval_invalid
     ├── OriginRefused                 403     origin_refused
+    ├── UnsupportedMediaType          415     unsupported_media_type
     ├── ChatBusy                      409     chat_busy
     ├── ContinuationRefused           409     continuation_refused
     ├── NotFound                      404     not_found
@@ -29,6 +31,8 @@ __all__ = [
     "OriginRefused",
     "PayloadTooLarge",
     "ServiceUnavailable",
+    "Unauthorized",
+    "UnsupportedMediaType",
 ]
 
 
@@ -47,6 +51,10 @@ class GatewayError(Exception):
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.error_code, "message": self.message}}
 
+    def headers(self) -> dict[str, str]:
+        """Response headers that go with this error."""
+        return {}
+
 
 class BadRequest(GatewayError):
     status = 400
@@ -60,6 +68,32 @@ class PayloadTooLarge(BadRequest):
     code = "payload_too_large"
     close_code = WSCloseCode.MESSAGE_TOO_BIG
     default_message = "The request body is too large."
+
+
+class Unauthorized(GatewayError):
+    """No credential, or one that does not verify. `token_sent` picks the RFC 6750 challenge."""
+
+    status = 401
+    code = "unauthorized"
+    close_code = WSCloseCode.POLICY_VIOLATION
+    default_message = "Authentication required: send Authorization: Bearer <token>."
+
+    def __init__(self, message: str | None = None, *, detail: str | None = None, token_sent: bool = False) -> None:
+        super().__init__(message, detail=detail)
+        self.token_sent = token_sent
+
+    def headers(self) -> dict[str, str]:
+        challenge = 'Bearer realm="adk-gateway"'
+        if self.token_sent:
+            challenge += ', error="invalid_token"'
+        return {"WWW-Authenticate": challenge}
+
+
+class UnsupportedMediaType(GatewayError):
+    status = 415
+    code = "unsupported_media_type"
+    close_code = WSCloseCode.UNSUPPORTED_DATA
+    default_message = "POST bodies must be application/json."
 
 
 class ApprovalInvalid(GatewayError):

@@ -8,12 +8,13 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     from agents.adk import AgentHost
+    from gateway.auth import Authenticator, Identity
     from gateway.chat import ChatService
     from gateway.config import Settings
     from gateway.metrics import Metrics
     from gateway.registry import Registry
 
-__all__ = ["HOST", "METRICS", "REGISTRY", "SERVICE", "SETTINGS", "SOCKETS"]
+__all__ = ["AUTH", "HOST", "IDENTITY", "METRICS", "REGISTRY", "SERVICE", "SETTINGS", "SOCKETS"]
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
@@ -21,3 +22,5 @@ HOST: web.AppKey[AgentHost] = web.AppKey("agent_host")
 REGISTRY: web.AppKey[Registry] = web.AppKey("registry")
 SERVICE: web.AppKey[ChatService] = web.AppKey("chat_service")
 SOCKETS: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("sockets")
+AUTH: web.AppKey[Authenticator] = web.AppKey("authenticator")
+IDENTITY: web.RequestKey[Identity] = web.RequestKey("identity")

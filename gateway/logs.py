@@ -11,6 +11,18 @@ import structlog
 __all__ = ["configure_logging", "get_logger"]
 
 
+def _redact_credentials(
+    logger: object, method: str, event_dict: structlog.types.EventDict
+) -> structlog.types.EventDict:
+    """Last line of defence: no log line carries an access token or a bearer credential."""
+    from gateway.auth import redact
+
+    for key, value in event_dict.items():
+        if isinstance(value, str) and ("access_token=" in value or "earer " in value):
+            event_dict[key] = redact(value)
+    return event_dict
+
+
 def configure_logging(fmt: str = "console", level: str = "info") -> None:
     log_level = getattr(logging, level.upper(), logging.INFO)
     shared: list[structlog.types.Processor] = [
@@ -22,7 +34,7 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
         structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
     )
     structlog.configure(
-        processors=[*shared, structlog.processors.format_exc_info, renderer],
+        processors=[*shared, structlog.processors.format_exc_info, _redact_credentials, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(log_level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,

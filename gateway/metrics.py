@@ -28,6 +28,9 @@ class Metrics:
         self.approvals_refused = Counter(
             "adk_gateway_approvals_refused", "Forged, foreign or replayed approvals", registry=r
         )
+        self.auth_refused = Counter(
+            "adk_gateway_auth_refused", "Requests refused before a handler ran, by reason", ["reason"], registry=r
+        )
         self.connections = Gauge("adk_gateway_connections", "Open connections", ["kind"], registry=r)
         self.active_runs = Gauge("adk_gateway_active_runs", "Runs in progress", registry=r)
         self.ws_frames_refused = Counter(

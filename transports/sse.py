@@ -16,13 +16,14 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from gateway import encoding
+from gateway.auth import AnonymousAuth
 from gateway.chat import RequestContext
 from gateway.errors import BadRequest, GatewayError, PayloadTooLarge
-from gateway.keys import SERVICE, SETTINGS
+from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS
 from gateway.requests import ChatRequest
 from transports.base import Transport, deliver
 
-__all__ = ["SSETransport", "chat_post", "chat_resume", "chat_stop", "client_major", "user_id_of"]
+__all__ = ["SSETransport", "caller_of", "chat_post", "chat_resume", "chat_stop", "client_major"]
 
 log = structlog.get_logger("transports.sse")
 
@@ -56,12 +57,13 @@ def client_major(headers: Any) -> int:
     return 7 if raw.startswith("7") else 6
 
 
-def user_id_of(headers: Any, header_name: str, body: dict[str, Any] | None = None) -> str:
-    value = headers.get(header_name) if headers is not None else None
-    if not value and body is not None and isinstance(body.get("userId"), str):
-        value = body["userId"]
-    value = (value or "anonymous").strip()[:128]
-    return value or "anonymous"
+def caller_of(request: web.Request, body: dict[str, Any] | None = None) -> str:
+    """The user a request acts as: the authenticated identity; with `--auth none`, who it claims
+    to be (the user header, else a `userId` body field)."""
+    auth = request.app[AUTH]
+    if isinstance(auth, AnonymousAuth):
+        return auth.claimed(request.headers, body).user_id
+    return request[IDENTITY].user_id
 
 
 def error_response(error: GatewayError) -> web.Response:
@@ -100,7 +102,7 @@ async def chat_post(request: web.Request) -> web.StreamResponse:
             try:
                 body = await _read_body(request, settings.max_body_bytes)
                 ctx = RequestContext(
-                    user_id=user_id_of(request.headers, settings.user_header, body.model_extra),
+                    user_id=caller_of(request, body.model_extra),
                     request_id=request_id,
                     major=client_major(request.headers),
                 )
@@ -120,7 +122,7 @@ async def chat_resume(request: web.Request) -> web.StreamResponse:
     settings = request.app[SETTINGS]
     service = request.app[SERVICE]
     chat_id = request.match_info["chat_id"]
-    user_id = user_id_of(request.headers, settings.user_header)
+    user_id = caller_of(request)
     stream_log = await service.streams.lookup((user_id, chat_id))
     if stream_log is None:
         return web.Response(status=204)
@@ -132,10 +134,9 @@ async def chat_resume(request: web.Request) -> web.StreamResponse:
 
 
 async def chat_stop(request: web.Request) -> web.Response:
-    settings = request.app[SETTINGS]
     service = request.app[SERVICE]
     chat_id = request.match_info["chat_id"]
-    user_id = user_id_of(request.headers, settings.user_header)
+    user_id = caller_of(request)
     stopped = await service.registry.stop((user_id, chat_id))
     if stopped:
         log.info("chat_stop", chat_id=chat_id, stopped=True)

@@ -32,9 +32,10 @@ from pydantic import ValidationError
 
 from gateway import encoding
 from gateway.approval import ApprovalRefused
+from gateway.auth import bearer_token, redact
 from gateway.chat import RequestContext
-from gateway.errors import GatewayError, OriginRefused
-from gateway.keys import SERVICE, SETTINGS, SOCKETS
+from gateway.errors import GatewayError, OriginRefused, Unauthorized
+from gateway.keys import AUTH, SERVICE, SETTINGS, SOCKETS
 from gateway.registry import ChatRun, Connection
 from gateway.requests import (
     LIVE_FRAME_TYPES,
@@ -52,7 +53,7 @@ from gateway.requests import (
 )
 from gateway.streams import StreamLog
 from transports.base import Transport, deliver
-from transports.sse import client_major, user_id_of
+from transports.sse import caller_of, client_major
 
 if TYPE_CHECKING:
     from gateway.chat import ChatService
@@ -116,7 +117,10 @@ class SocketSession:
         service: ChatService,
         settings: Settings,
         request: web.Request,
+        *,
+        user_id: str,
     ) -> None:
+        self.user_id = user_id  # fixed at the handshake: no frame changes it
         self.ws = ws
         self.conn = conn
         self.service = service
@@ -193,14 +197,28 @@ class SocketSession:
         else:
             await self._on_live(frame)
 
-    def _context(self, headers: dict[str, str], body: dict[str, Any], request_id: str) -> RequestContext:
+    async def _context(self, headers: dict[str, str], request_id: str) -> RequestContext | None:
+        """The request's context: always the socket's own user. Frame headers only pick the `ai`
+        version; one whose `authorization` proves another identity (or none) is refused with an
+        `error` frame, and the socket carries on. None: refused."""
         merged = {k.lower(): v for k, v in self.http_request.headers.items()}
         merged.update({k.lower(): v for k, v in headers.items()})
-        return RequestContext(
-            user_id=user_id_of(merged, self.settings.user_header.lower(), body),
-            request_id=request_id,
-            major=client_major(merged),
-        )
+        token = bearer_token({k.lower(): v for k, v in headers.items()})
+        auth = self.http_request.app[AUTH]
+        if token is not None and auth.requires_credential:
+            try:
+                claimed = (await auth.verify(token)).user_id
+            except Unauthorized as exc:
+                claimed, detail = None, exc.detail
+            else:
+                detail = "the frame's credential names another user"
+            if claimed != self.user_id:
+                self.service.metrics.auth_refused.labels(reason="frame_identity").inc()
+                log.warning("frame_identity_refused", request_id=request_id, detail=detail)
+                await self.send(encoding.ws_error(request_id, "This frame's credential does not match the "
+                                                  "socket's user.", "unauthorized"))
+                return None
+        return RequestContext(user_id=self.user_id, request_id=request_id, major=client_major(merged))
 
     async def _refuse_duplicate(self, request_id: str) -> bool:
         """Refuses a `send` or `resume` whose requestId names a response still running on this socket."""
@@ -213,7 +231,9 @@ class SocketSession:
         if await self._refuse_duplicate(frame.requestId):
             return
         self.service.metrics.requests.labels(transport="ws").inc()
-        ctx = self._context(frame.headers, frame.body, frame.requestId)
+        ctx = await self._context(frame.headers, frame.requestId)
+        if ctx is None:
+            return
         try:
             run = await self.service.start(frame.chat_request(), ctx, self.conn)
         except ValidationError as exc:
@@ -232,7 +252,9 @@ class SocketSession:
     async def _on_resume(self, frame: ResumeFrame) -> None:
         if await self._refuse_duplicate(frame.requestId):
             return
-        ctx = self._context(frame.headers, frame.body, frame.requestId)
+        ctx = await self._context(frame.headers, frame.requestId)
+        if ctx is None:
+            return
         stream_log = await self.service.streams.lookup((ctx.user_id, frame.id))
         if stream_log is None:
             await self.send(encoding.ws_no_active(frame.requestId))
@@ -327,7 +349,9 @@ class SocketSession:
             return
         from gateway.live import LiveSession
 
-        ctx = self._context(frame.headers, frame.body, frame.requestId)
+        ctx = await self._context(frame.headers, frame.requestId)
+        if ctx is None:
+            return
         request_id = frame.requestId
         # A live session holds its chat like a run: one answerer per chat at a time.
         key = (ctx.user_id, frame.id)
@@ -387,7 +411,7 @@ class SocketSession:
 async def chat_socket(request: web.Request) -> web.StreamResponse:
     settings = request.app[SETTINGS]
     service = request.app[SERVICE]
-    if not origin_allowed(request, settings.origins):
+    if not origin_allowed(request, settings.origins | settings.cors):
         log.warning("origin_refused", origin=request.headers.get("Origin"), peer=request.remote)
         error = OriginRefused()
         return web.json_response(error.body(), status=error.status)
@@ -400,10 +424,13 @@ async def chat_socket(request: web.Request) -> web.StreamResponse:
     sockets = request.app[SOCKETS]
     sockets.add(ws)
     service.metrics.connections.labels(kind="ws").inc()
+    user_id = caller_of(request)
     with structlog.contextvars.bound_contextvars(socket_id=uuid.uuid4().hex[:12]):
+        log.info("socket_open", user_id=user_id, path=redact(request.path_qs), origin=request.headers.get("Origin"),
+                 peer=request.remote)
         try:
             async with service.registry.connection("ws") as conn:
-                session = SocketSession(ws, conn, service, settings, request)
+                session = SocketSession(ws, conn, service, settings, request, user_id=user_id)
                 await session.serve()
         finally:
             sockets.discard(ws)

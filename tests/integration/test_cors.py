@@ -46,6 +46,7 @@ async def test_other_origins_get_no_cors(aiohttp_client: Any) -> None:
     assert preflight.status == 403
     assert "Access-Control-Allow-Origin" not in preflight.headers
     response = await client.post("/api/chat", json=BODY, headers={"Origin": "https://evil.example"})
+    assert response.status == 403
     assert "Access-Control-Allow-Origin" not in response.headers
 
 
@@ -53,8 +54,9 @@ async def test_off_by_default(aiohttp_client: Any) -> None:
     client = await client_for(aiohttp_client)
     preflight = await client.options("/api/chat", headers=PREFLIGHT)
     assert preflight.status == 403
+    # Without CORS a POST from another origin is refused outright (CSRF), not only unreadable.
     response = await client.post("/api/chat", json=BODY, headers={"Origin": APP})
-    assert response.status == 200
+    assert response.status == 403 and (await response.json())["error"]["code"] == "origin_refused"
     assert "Access-Control-Allow-Origin" not in response.headers
 
 

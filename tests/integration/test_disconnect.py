@@ -130,7 +130,7 @@ async def test_detached_run_goes_on_and_is_stopped_by_the_stop_endpoint(gateway:
     await wait_for(lambda: client.app[REGISTRY].counts()["connections"] == 0, FREED_WITHIN_S, "the connection")
     assert client.app[REGISTRY].counts()["runs"] == 1  # detached: still running
     assert log.cancelled.get("slow") is None
-    async with client.post("/api/chat/d5/stop") as response:
+    async with client.post("/api/chat/d5/stop", json={}) as response:
         assert await response.json() == {"stopped": True}
     assert log.cancelled.get("slow") == 1 and log.count("slow") == 0
     assert registry_empty(client)

@@ -112,7 +112,7 @@ async def test_oversized_chunked_body_is_413(gateway: StartGateway) -> None:
         for start in range(0, len(payload), 512):
             yield payload[start : start + 512]
 
-    async with client.post("/api/chat", data=pieces()) as response:
+    async with client.post("/api/chat", data=pieces(), headers={"Content-Type": "application/json"}) as response:
         assert response.status == 413
         body = await response.json()
     assert body["error"]["code"] == "payload_too_large"

@@ -139,7 +139,7 @@ async def test_post_right_after_a_stop_succeeds(gateway: StartGateway) -> None:
                  user_message("/echo after stop")]
     # The stop and the next message race, as they do from a browser: either order works.
     stopped, after = await asyncio.gather(
-        _json(client.post(f"/api/chat/{chat_id}/stop")), post_chat(client, chat_body(chat_id, messages))
+        _json(client.post(f"/api/chat/{chat_id}/stop", json={})), post_chat(client, chat_body(chat_id, messages))
     )
     assert stopped == {"stopped": True}  # only the stop ends the first run (it streams for 4 s)
     assert after.status == 200, after.body
@@ -157,7 +157,7 @@ async def test_post_while_the_run_is_stopping_waits_for_it(gateway: StartGateway
     first = await LiveStream.open(client, chat_body("stopping", messages))
     await first.until(lambda c: c["type"] == "tool-input-available")
     await wait_for(lambda: log.started.get("slow") == 1, what="the tool to start")
-    stop = asyncio.ensure_future(_json(client.post("/api/chat/stopping/stop")))
+    stop = asyncio.ensure_future(_json(client.post("/api/chat/stopping/stop", json={})))
     await wait_for(lambda: log.cancelling.get("slow") == 1, what="the stop to begin")
     assert client.app[REGISTRY].counts()["runs"] == 1  # still stopping
     messages += [{"id": "a1", "role": "assistant", "parts": []}, user_message("/echo next")]
@@ -178,12 +178,12 @@ async def _json(request: Any) -> Any:
 
 async def test_stop_endpoint(gateway: StartGateway) -> None:
     client = await gateway()
-    async with client.post("/api/chat/nothing-here/stop") as response:
+    async with client.post("/api/chat/nothing-here/stop", json={}) as response:
         assert response.status == 200
         assert await response.json() == {"stopped": False}
     stream = await LiveStream.open(client, chat_body("s1", [user_message("/stream 200 20")]))
     await stream.take(3)
-    async with client.post("/api/chat/s1/stop") as response:
+    async with client.post("/api/chat/s1/stop", json={}) as response:
         assert await response.json() == {"stopped": True}
     reply = await stream.rest()
     assert reply.types[-1] == "abort"
@@ -193,7 +193,7 @@ async def test_stop_endpoint(gateway: StartGateway) -> None:
     # A stop only reaches the user's own chat.
     stream = await LiveStream.open(client, chat_body("s2", [user_message("/stream 30 20")]))
     await stream.take(3)
-    async with client.post("/api/chat/s2/stop", headers={"x-user-id": "mallory"}) as response:
+    async with client.post("/api/chat/s2/stop", json={}, headers={"x-user-id": "mallory"}) as response:
         assert await response.json() == {"stopped": False}
     reply = await stream.rest()
     assert reply.finish_reason == "stop"

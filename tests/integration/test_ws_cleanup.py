@@ -167,7 +167,7 @@ async def test_closing_mid_turn_leaves_nothing_behind(
             # A detached run goes on after its socket; the stop endpoint ends it.
             await wait_until(lambda: registry.counts()["connections"] == 0, "socket released")
             assert registry.counts()["runs"] == 1, registry.counts()
-            response = await client.post(f"/api/chat/stream-{i}/stop", headers={"Connection": "close"})
+            response = await client.post(f"/api/chat/stream-{i}/stop", json={}, headers={"Connection": "close"})
             assert (await response.json()) == {"stopped": True}
         await wait_until(lambda: registry.counts() == {"connections": 0, "runs": 0}, f"round {i}: registry empty")
         await wait_until(lambda: not leftovers(), f"round {i}: tasks left: {leftovers()}")

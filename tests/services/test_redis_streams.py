@@ -216,7 +216,7 @@ async def test_stop_on_another_instance(redis_url: str) -> None:
         run = a.app[REGISTRY].active_run((USER, chat_id))
         assert run is not None, "the detached run should still be going"
 
-        stop = await b.post(f"/api/chat/{chat_id}/stop")
+        stop = await b.post(f"/api/chat/{chat_id}/stop", json={})
         assert await stop.json() == {"stopped": False, "forwarded": True}
         async with asyncio.timeout(5):
             await run.done.wait()

@@ -40,7 +40,7 @@ def test_every_setting_has_a_flag_and_a_variable() -> None:
 
 def test_flags() -> None:
     s = load_settings(
-        ["--host", "0.0.0.0", "--port", "9000", "--keepalive-s", "0.5", "--session-store", "sqlite:///tmp/x.db",
+        ["--host", "0.0.0.0", "--allow-anonymous", "--port", "9000", "--keepalive-s", "0.5", "--session-store", "sqlite:///tmp/x.db",
          "--log-format", "json", "--approval-timeout-s", "30"],
         env={},
     )
@@ -55,7 +55,7 @@ def test_environment() -> None:
 
 
 def test_precedence_flag_over_env_over_default() -> None:
-    env = {"ADK_GATEWAY_PORT": "9001", "ADK_GATEWAY_HOST": "10.0.0.1"}
+    env = {"ADK_GATEWAY_PORT": "9001", "ADK_GATEWAY_HOST": "10.0.0.1", "ADK_GATEWAY_ALLOW_ANONYMOUS": "true"}
     s = load_settings(["--port", "9002"], env=env)
     assert s.port == 9002  # flag beats env
     assert s.host == "10.0.0.1"  # env beats default
