@@ -8,6 +8,7 @@
 //   3. `/tool change_bgm {"track": 2}` + Allow    -> the page plays track 2, "change_bgm -> " (<= 3)
 //   4. `/stream 200 20`, Stop                      -> status ready; `/echo after stop` answers
 // and takes a screenshot. Requests are POST /api/chat (SSE) or `send` frames (WebSocket).
+// The gateway runs without auth: the page must start without showing its token form.
 // Any console error, page error or /api/ response >= 400 fails the run. Every wait is a DOM
 // condition with a timeout; there are no fixed sleeps.
 //
@@ -295,6 +296,9 @@ async function main() {
     await page.waitForFunction(() => window.__ready === true && window.__chat != null, null, {
       timeout: STEP_TIMEOUT_MS,
     });
+    // Auth `none`: GET /api/me answers without a token, so the page never asks for one.
+    if (await page.getByTestId('auth-form').isVisible()) fail('the token form shows on a gateway without auth');
+    result.user = await page.getByTestId('user').textContent();
     for (const kind of TRANSPORTS) {
       try {
         await runTransport(page, kind);

@@ -10,51 +10,14 @@ transport go to a temporary folder whose path is printed.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.node_script import run_node_script
+from tests.browser.page_driver import run_page_script, setup_problem
 
 pytestmark = pytest.mark.browser
-
-BROWSER_DIR = Path(__file__).resolve().parent
-SCRIPT = BROWSER_DIR / "chat_page.mjs"
-CHROMIUM = os.environ.get("ADK_GATEWAY_CHROMIUM", "/usr/bin/chromium")
-RUN_TIMEOUT_S = 90
-
-
-def setup_problem() -> str | None:
-    """Why the browser test cannot run here, or None."""
-    if shutil.which("node") is None:
-        return "`node` is not on PATH; the browser test drives Chromium from Node (>= 20)."
-    if not (BROWSER_DIR / "node_modules" / "playwright-core" / "package.json").is_file():
-        return (
-            "tests/browser/node_modules/playwright-core is missing: run `make test` "
-            "(it runs `npm ci` in tests/browser), or `npm ci --prefix tests/browser`."
-        )
-    if not os.access(CHROMIUM, os.X_OK):
-        return f"{CHROMIUM} is missing: run `make system-deps` (or `make test`), which installs Debian's chromium."
-    return None
-
-
-def run_page_script(url: str, workdir: Path) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
-    screenshots = workdir / "screenshots"
-    tmp = workdir / "tmp"  # Chromium's fresh profile (user-data-dir) goes here
-    tmp.mkdir()
-    config = {"url": url, "screenshotDir": str(screenshots), "executablePath": CHROMIUM}
-    return run_node_script(
-        SCRIPT,
-        json.dumps(config),
-        env={**os.environ, "TMPDIR": str(tmp)},
-        timeout=RUN_TIMEOUT_S,
-        stderr_chars=6000,
-    )
 
 
 def test_chat_page_both_transports(browser_gateway_url: str, tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -66,7 +29,7 @@ def test_chat_page_both_transports(browser_gateway_url: str, tmp_path_factory: p
         page = response.read().decode()
     assert "/static/app.js" in page, "the gateway does not serve the built chat page: run `make test` (builds web/dist)"
 
-    result, proc = run_page_script(browser_gateway_url, tmp_path_factory.mktemp("chat-page"))
+    result, proc = run_page_script("chat_page.mjs", {"url": browser_gateway_url}, tmp_path_factory.mktemp("chat-page"))
     for path in result.get("screenshots", []):
         print(f"screenshot: {path}")
 

@@ -10,7 +10,16 @@
  * - Browser tools of the demo agent (`change_bgm`, `get_location`) run here,
  *   once their approval is approved (the gateway then re-announces the call
  *   with `tool-input-available`).
- * - Exposes `window.__chat` (the current chat) and `window.__ready`.
+ * - Sign-in: on load the page asks `GET /api/me` who it is. When the gateway
+ *   answers 401 (auth `jwt` or `api-keys`), a small form asks for an access
+ *   token (a JWT or an API key), kept in sessionStorage. The token goes out as
+ *   `Authorization: Bearer` on HTTP (chat, resume, stop) and as
+ *   `?access_token=` on the WebSocket URL (the transport's `params`); frame
+ *   headers never carry it. A chat request answered 401 later (an expired
+ *   token) clears it and shows the form again. With auth `none` the gateway
+ *   answers 200 without a token and the page never asks.
+ * - Exposes `window.__chat` (the current chat) and `window.__ready` (set once
+ *   signed in and the chat is created).
  */
 
 import {
@@ -30,6 +39,7 @@ const STORAGE = {
   transport: 'adk-gateway.transport',
   chatId: 'adk-gateway.chatId',
   messages: (/** @type {string} */ id) => `adk-gateway.messages.${id}`,
+  token: 'adk-gateway-token',
 };
 
 const QUICK_COMMANDS = [
@@ -601,6 +611,16 @@ function renderMessages() {
   if (nearBottom) container.scrollTop = container.scrollHeight;
 }
 
+/** Send and the quick commands wait while a response runs or a token is asked for. */
+function renderComposer() {
+  const status = currentChat?.status;
+  const locked = status === 'submitted' || status === 'streaming' || authNeeded;
+  /** @type {HTMLButtonElement} */ (document.getElementById('send')).disabled = locked;
+  for (const button of document.querySelectorAll('#quick button')) {
+    /** @type {HTMLButtonElement} */ (button).disabled = locked;
+  }
+}
+
 function renderStatus() {
   const chat = currentChat;
   if (chat == null) return;
@@ -613,10 +633,7 @@ function renderStatus() {
   document.body.dataset.status = status;
 
   /** @type {HTMLButtonElement} */ (document.getElementById('stop')).disabled = !busy;
-  /** @type {HTMLButtonElement} */ (document.getElementById('send')).disabled = busy;
-  for (const button of document.querySelectorAll('#quick button')) {
-    /** @type {HTMLButtonElement} */ (button).disabled = busy;
-  }
+  renderComposer();
 
   const idElement = /** @type {HTMLElement} */ (document.getElementById('chat-id'));
   idElement.textContent = `chat ${chat.id} \u00b7 ${transportKind === 'ws' ? 'WebSocket' : 'SSE'}`;
@@ -647,6 +664,205 @@ function scheduleRender() {
 }
 
 // ---------------------------------------------------------------------------
+// Sign-in: the access token and GET /api/me.
+
+/** The access token (JWT or API key), or null when none was given. */
+let accessToken = storageGet(sessionStorage, STORAGE.token) || null;
+/** The gateway's auth mode from /api/me (`none`, `jwt`, `api-keys`), once known. */
+let authMode = /** @type {string | undefined} */ (undefined);
+/** True while the token form is shown: sending waits for a token. */
+let authNeeded = false;
+/** Settles when a sign-in started by a refused chat request is done. */
+let pendingSignIn = /** @type {Promise<void> | undefined} */ (undefined);
+/** Resolves the token form's pending question with the token entered. */
+let tokenWaiter = /** @type {((token: string) => void) | undefined} */ (undefined);
+
+/**
+ * Stores the token (or forgets it). The WebSocket's user is fixed when it
+ * connects, so an open socket is closed: the next request reconnects with
+ * the new `access_token`.
+ * @param {string | null} token
+ */
+function setToken(token) {
+  if (token === accessToken) return;
+  accessToken = token;
+  storageSet(sessionStorage, STORAGE.token, token);
+  wsTransport?.close();
+}
+
+/** The Authorization header for HTTP requests; empty without a token. */
+function authHeaders() {
+  /** @type {Record<string, string>} */
+  const headers = {};
+  if (accessToken) headers.Authorization = `Bearer ${accessToken}`;
+  return headers;
+}
+
+/** The WebSocket URL's query parameters: `access_token` when a token is set. */
+function wsParams() {
+  /** @type {Record<string, string>} */
+  const params = {};
+  if (accessToken) params.access_token = accessToken;
+  return params;
+}
+
+/**
+ * The message of a gateway error body (`{"error": {"message"}}`), else the text.
+ * @param {Response} response
+ */
+async function errorMessage(response) {
+  const text = await response.text().catch(() => '');
+  try {
+    const message = JSON.parse(text)?.error?.message;
+    if (typeof message === 'string' && message) return message;
+  } catch {
+    // Not JSON: the text itself.
+  }
+  return text || `HTTP ${response.status}`;
+}
+
+/**
+ * GET /api/me with the current token.
+ * - `ok`: the gateway knows the user (or needs no token).
+ * - `unauthorized`: 401; `message` says why when a token was sent.
+ * - `unavailable`: anything else (a network error, a gateway without
+ *   /api/me): the page goes on without a user.
+ * @returns {Promise<{kind: 'ok', user: string, auth: string}
+ *   | {kind: 'unauthorized', message: string}
+ *   | {kind: 'unavailable'}>}
+ */
+async function fetchMe() {
+  /** @type {Response} */
+  let response;
+  try {
+    response = await fetch('/api/me', { headers: authHeaders(), cache: 'no-store' });
+  } catch {
+    return { kind: 'unavailable' };
+  }
+  if (response.status === 401) {
+    const message = accessToken ? `Token refused: ${await errorMessage(response)}` : '';
+    return { kind: 'unauthorized', message };
+  }
+  if (!response.ok) return { kind: 'unavailable' };
+  try {
+    const me = await response.json();
+    return { kind: 'ok', user: String(me?.user ?? ''), auth: String(me?.auth ?? '') };
+  } catch {
+    return { kind: 'unavailable' };
+  }
+}
+
+/**
+ * Shows the token form (with `problem` under it, if any) and resolves with
+ * the next token entered.
+ * @param {string} problem
+ * @returns {Promise<string>}
+ */
+function askForToken(problem) {
+  authNeeded = true;
+  const form = /** @type {HTMLFormElement} */ (document.getElementById('auth-form'));
+  const input = /** @type {HTMLInputElement} */ (document.getElementById('auth-token'));
+  const error = /** @type {HTMLElement} */ (document.getElementById('auth-error'));
+  const button = /** @type {HTMLButtonElement} */ (document.getElementById('auth-submit'));
+  error.textContent = problem;
+  error.hidden = !problem;
+  button.disabled = false;
+  form.hidden = false;
+  input.focus();
+  renderComposer();
+  return new Promise(resolve => {
+    tokenWaiter = resolve;
+  });
+}
+
+function hideTokenForm() {
+  authNeeded = false;
+  /** @type {HTMLFormElement} */ (document.getElementById('auth-form')).hidden = true;
+  renderComposer();
+}
+
+/** Shows the signed-in user in the header (an empty `user` hides it). @param {string} user */
+function showUser(user) {
+  const element = /** @type {HTMLElement} */ (document.getElementById('user'));
+  element.textContent = user;
+  element.title = user ? `signed in as ${user} (auth: ${authMode ?? 'unknown'})` : '';
+  element.hidden = !user;
+}
+
+/**
+ * Asks /api/me until it answers 200, asking for a token while it answers
+ * 401; a refused token is forgotten and the form shows why.
+ * @param {string} [problem] shown with the form when /api/me gives no reason
+ */
+async function signIn(problem = '') {
+  for (;;) {
+    const me = await fetchMe();
+    if (me.kind === 'ok') {
+      authMode = me.auth;
+      hideTokenForm();
+      showUser(me.user);
+      return;
+    }
+    if (me.kind === 'unavailable') {
+      hideTokenForm();
+      return;
+    }
+    setToken(null);
+    showUser('');
+    const token = await askForToken(me.message || problem);
+    problem = '';
+    setToken(token);
+  }
+}
+
+/**
+ * A chat request was answered 401 (the token expired or was revoked): forget
+ * the token and ask again; the chat's error is cleared once signed in.
+ */
+function tokenRefused() {
+  if (pendingSignIn) return;
+  setToken(null);
+  pendingSignIn = signIn('The gateway refused the token (it may have expired): enter it again.')
+    .then(() => currentChat?.clearError())
+    .catch(error => console.error('sign-in failed', error))
+    .finally(() => {
+      pendingSignIn = undefined;
+    });
+}
+
+/**
+ * After a failed chat request with auth on: a WebSocket refused at the
+ * handshake (401) shows only as a network error, so ask /api/me whether the
+ * token still holds.
+ */
+async function checkToken() {
+  if (authMode == null || authMode === 'none' || pendingSignIn) return;
+  const me = await fetchMe();
+  if (me.kind === 'unauthorized') tokenRefused();
+}
+
+/**
+ * `fetch` for the SSE transport: a 401 answer means the token no longer
+ * holds (the transport then fails the request with the body as its message).
+ * @type {typeof fetch}
+ */
+async function chatFetch(input, init) {
+  const response = await fetch(input, init);
+  if (response.status === 401) tokenRefused();
+  return response;
+}
+
+/** @param {Error} error */
+function handleChatError(error) {
+  if (authNeeded || pendingSignIn) {
+    console.warn('chat request refused: sign in again', error.message);
+    return;
+  }
+  console.error('chat error:', error);
+  checkToken().catch(() => undefined);
+}
+
+// ---------------------------------------------------------------------------
 // Chat and transport lifecycle.
 
 /** @type {'sse' | 'ws'} */
@@ -661,10 +877,10 @@ let pendingStop = Promise.resolve();
 /** @param {'sse' | 'ws'} kind */
 function getTransport(kind) {
   if (kind === 'ws') {
-    wsTransport ??= new WebSocketChatTransport();
+    wsTransport ??= new WebSocketChatTransport({ params: wsParams });
     return wsTransport;
   }
-  return new DefaultChatTransport({ api: '/api/chat' });
+  return new DefaultChatTransport({ api: '/api/chat', headers: authHeaders, fetch: chatFetch });
 }
 
 /**
@@ -680,7 +896,7 @@ function createChat(chatId, messages) {
     transport: getTransport(transportKind),
     sendAutomaticallyWhen,
     onToolCall: options => handleToolCall(chat, /** @type {any} */ (options)),
-    onError: error => console.error('chat error:', error),
+    onError: handleChatError,
   });
   chat.observable.subscribe(what => {
     if (chat !== currentChat) return;
@@ -731,7 +947,12 @@ async function retire(chat) {
 async function stop(chat) {
   if (transportKind === 'sse') {
     const url = `/api/chat/${encodeURIComponent(chat.id)}/stop`;
-    const request = fetch(url, { method: 'POST', keepalive: true }).catch(() => undefined);
+    const request = fetch(url, {
+      method: 'POST',
+      keepalive: true,
+      headers: { 'Content-Type': 'application/json', ...authHeaders() },
+      body: '{}',
+    }).catch(() => undefined);
     pendingStop = Promise.race([request, new Promise(resolve => setTimeout(resolve, 2000))]);
   }
   await chat.stop();
@@ -744,6 +965,7 @@ async function send(text) {
   const trimmed = text.trim();
   if (!trimmed) return;
   if (chat.status === 'submitted' || chat.status === 'streaming') return;
+  if (authNeeded) return;
   await pendingStop;
   await chat.sendMessage({ text: trimmed });
 }
@@ -758,15 +980,15 @@ async function switchTransport(/** @type {'sse' | 'ws'} */ kind) {
     wsTransport.close();
     wsTransport = undefined;
   }
-  createChat(old?.id ?? generateId(), old?.messages ?? []);
+  // Before sign-in there is no chat yet: init creates it with this transport.
+  if (old) createChat(old.id, old.messages);
 }
 
 async function newChat() {
   const old = currentChat;
-  if (old) {
-    await retire(old);
-    storageSet(sessionStorage, STORAGE.messages(old.id), null);
-  }
+  if (old == null) return; // before sign-in: init starts the chat
+  await retire(old);
+  storageSet(sessionStorage, STORAGE.messages(old.id), null);
   for (const entry of renderedMessages.values()) entry.element.remove();
   renderedMessages.clear();
   openDetails.clear();
@@ -776,7 +998,24 @@ async function newChat() {
 // ---------------------------------------------------------------------------
 // Wiring.
 
-function init() {
+/** The token form: a non-empty token answers the pending question. */
+function wireTokenForm() {
+  const form = /** @type {HTMLFormElement} */ (document.getElementById('auth-form'));
+  const input = /** @type {HTMLInputElement} */ (document.getElementById('auth-token'));
+  const button = /** @type {HTMLButtonElement} */ (document.getElementById('auth-submit'));
+  form.addEventListener('submit', event => {
+    event.preventDefault();
+    const token = input.value.trim();
+    const waiter = tokenWaiter;
+    if (!token || waiter == null) return;
+    tokenWaiter = undefined;
+    input.value = '';
+    button.disabled = true;
+    waiter(token);
+  });
+}
+
+async function init() {
   const input = /** @type {HTMLTextAreaElement} */ (document.getElementById('input'));
   const form = /** @type {HTMLFormElement} */ (document.getElementById('form'));
   const transportSelect = /** @type {HTMLSelectElement} */ (document.getElementById('transport'));
@@ -787,6 +1026,7 @@ function init() {
     if (!text.trim()) return;
     const chat = currentChat;
     if (chat && (chat.status === 'submitted' || chat.status === 'streaming')) return;
+    if (authNeeded) return;
     input.value = '';
     autosize();
     send(text).catch(error => console.error('send failed', error));
@@ -843,6 +1083,9 @@ function init() {
     }
   });
 
+  wireTokenForm();
+  await signIn();
+
   const chatId = storageGet(sessionStorage, STORAGE.chatId) ?? generateId();
   const chat = createChat(chatId, loadMessages(chatId));
   resume(chat);
@@ -851,8 +1094,13 @@ function init() {
   window.__ready = true;
 }
 
+/** Starts the page; a failure to start is logged, never left unhandled. */
+function start() {
+  init().catch(error => console.error('page start failed', error));
+}
+
 if (document.readyState === 'loading') {
-  document.addEventListener('DOMContentLoaded', init, { once: true });
+  document.addEventListener('DOMContentLoaded', start, { once: true });
 } else {
-  init();
+  start();
 }

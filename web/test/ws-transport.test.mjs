@@ -22,6 +22,8 @@ async function startServer() {
     frames: [],
     /** close events seen on the server side: {code, reason} */
     closes: [],
+    /** the request URL (path and query) of each connection */
+    urls: [],
     connections: 0,
     generation: 0,
     /** forget the frames and closes of earlier tests (their sockets may close late) */
@@ -29,15 +31,17 @@ async function startServer() {
       this.generation++;
       this.frames = [];
       this.closes = [];
+      this.urls = [];
     },
     handler: (_frame, _socket) => {},
     reply(socket, frame) {
       socket.send(JSON.stringify(frame));
     },
   };
-  wss.on('connection', socket => {
+  wss.on('connection', (socket, request) => {
     server.connections++;
     const generation = server.generation;
+    server.urls.push(request.url);
     socket.on('message', data => {
       const frame = JSON.parse(String(data));
       if (generation === server.generation) server.frames.push(frame);
@@ -362,6 +366,31 @@ describe('WebSocketChatTransport', () => {
     transport.close();
     const error = await readError(stream);
     assert.equal(error.message, 'WebSocket chat transport was closed.');
+  });
+
+  test('params are resolved for each new connection (a changed token applies after close())', async () => {
+    server.reset();
+    server.handler = (frame, socket) => {
+      if (frame.type === 'send') replayAll(server, socket, frame.requestId, textChunks('t', ['ok']));
+    };
+    let token = 'first';
+    const transport = transportFor({ params: () => (token ? { access_token: token } : {}) });
+    await readAll(await transport.sendMessages(sendOptions()));
+    token = 'second';
+    await readAll(await transport.sendMessages(sendOptions()));
+    assert.deepEqual(server.urls, ['/api/chat/ws?access_token=first']);
+    transport.close();
+    await readAll(await transport.sendMessages(sendOptions()));
+    token = null;
+    transport.close();
+    await readAll(await transport.sendMessages(sendOptions()));
+    assert.deepEqual(server.urls, [
+      '/api/chat/ws?access_token=first',
+      '/api/chat/ws?access_token=second',
+      '/api/chat/ws',
+    ]);
+    for (const frame of server.frames) assert.deepEqual(frame.headers, {});
+    transport.close();
   });
 
   test('no url outside a browser is a clear error', async () => {
