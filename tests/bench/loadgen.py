@@ -17,6 +17,11 @@ It always stops by itself: after ``--requests`` requests or ``--duration`` secon
 comes first; each request also has a ``--timeout``. Only loopback targets are allowed unless
 ``--allow-remote`` is given, so that a typo cannot point a load test at someone else's server.
 
+A gateway started with ``--auth jwt`` or ``--auth api-keys`` needs ``--token`` (a JWT or an API
+key): it goes out as ``Authorization: Bearer <token>`` on every HTTP request and as
+``?access_token=<token>`` on the WebSocket URL, as a browser sends it, and never appears in the
+output. ``--user`` (an ``x-user-id`` header) only names the user of a gateway with ``--auth none``.
+
     python -m tests.bench.loadgen --url http://127.0.0.1:8080 --transport sse \\
         --concurrency 10 --requests 500 --prompt '/stream 20 0'
 """
@@ -29,6 +34,7 @@ import contextlib
 import ipaddress
 import json
 import math
+import re
 import sys
 import time
 import uuid
@@ -60,6 +66,13 @@ ChatMode = Literal["fresh", "reused"]
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost", "ip6-loopback"})
 SSE_PATH = "/api/chat"
 WS_PATH = "/api/chat/ws"
+TOKEN_PARAM = "access_token"
+_CREDENTIAL = re.compile(r"(access_token=)[^&\s\"']+|(Bearer\s+)[^\s\"',]+", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """`text` without credentials: error details quote URLs (the WebSocket's carries the token)."""
+    return _CREDENTIAL.sub(lambda m: (m.group(1) or m.group(2)) + "[redacted]", text)
 
 
 class TargetRefused(ValueError):
@@ -414,6 +427,7 @@ class LoadConfig:
     abort_after: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
     user: str | None = None
+    token: str | None = None  # gateways with --auth jwt/api-keys: Bearer on HTTP, ?access_token= on ws
     adk_app: str = ""
     allow_remote: bool = False
     sse_path: str = SSE_PATH
@@ -433,6 +447,11 @@ class LoadConfig:
             raise ValueError("abort-after must be at least 1")
         if self.transport == "adk" and not self.adk_app:
             raise ValueError("--adk-app is needed with --transport adk")
+        if self.token is not None:
+            if self.transport == "adk":
+                raise ValueError("--token is for the gateway's transports (sse, ws), not --transport adk")
+            if not self.token or any(ch.isspace() for ch in self.token):
+                raise ValueError("--token must be non-empty and without blanks")
 
 
 class _Worker:
@@ -453,9 +472,18 @@ class _Worker:
         return f"bench-{uuid.uuid4().hex[:20]}"
 
     def _headers(self) -> dict[str, str]:
+        """Headers of every request: --header and --user. Also a WebSocket frame's `headers`, so
+        they never carry the token (the socket's handshake does)."""
         headers = dict(self.cfg.headers)
         if self.cfg.user:
             headers.setdefault("x-user-id", self.cfg.user)
+        return headers
+
+    def _http_headers(self) -> dict[str, str]:
+        """Headers of an HTTP request to the gateway: `_headers()` plus the bearer token."""
+        headers = self._headers()
+        if self.cfg.token is not None:
+            headers["Authorization"] = f"Bearer {self.cfg.token}"
         return headers
 
     async def one(self, sample: Sample) -> None:
@@ -472,7 +500,7 @@ class _Worker:
         messages = [*self.history, message]
         if cfg.transport == "sse":
             body = {"id": self.chat_id, "messages": messages, "trigger": "submit-message"}
-            await sse_request(self.http, cfg.url.rstrip("/") + cfg.sse_path, body, self._headers(), sample,
+            await sse_request(self.http, cfg.url.rstrip("/") + cfg.sse_path, body, self._http_headers(), sample,
                               cfg.abort_after)
         else:
             started = time.perf_counter()
@@ -500,7 +528,9 @@ class _Worker:
     async def _socket(self) -> aiohttp.ClientWebSocketResponse:
         if self.ws is None or self.ws.closed:
             url = self.cfg.url.rstrip("/").replace("http://", "ws://", 1).replace("https://", "wss://", 1)
-            self.ws = await self.http.ws_connect(url + self.cfg.ws_path, headers=self._headers(),
+            # As a browser does it: the token in the URL (the ai 7 transport's `params`), not a header.
+            params = {TOKEN_PARAM: self.cfg.token} if self.cfg.token is not None else None
+            self.ws = await self.http.ws_connect(url + self.cfg.ws_path, headers=self._headers(), params=params,
                                                  autoping=True, max_msg_size=0)
         return self.ws
 
@@ -514,6 +544,11 @@ class _Worker:
 
 
 def _classify(exc: BaseException) -> tuple[str, str]:
+    kind, detail = _classify_kind(exc)
+    return kind, redact(detail)
+
+
+def _classify_kind(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, TimeoutError):
         return "timeout", "no complete answer within --timeout"
     if isinstance(exc, aiohttp.ClientConnectorError | ConnectionRefusedError):
@@ -610,7 +645,8 @@ def summarize(samples: Sequence[Sample], elapsed: float, cfg: LoadConfig, stoppe
     ok = [s for s in done if s.ok]
     complete = [s for s in ok if not s.aborted]
     failed = [s for s in done if not s.ok]
-    config = {k: v for k, v in asdict(cfg).items() if k not in ("headers",)}
+    config = {k: v for k, v in asdict(cfg).items() if k not in ("headers", "token")}
+    config["token"] = "[redacted]" if cfg.token is not None else None
     summary: dict[str, Any] = {
         "target": cfg.url,
         "config": config,
@@ -645,11 +681,14 @@ def summarize(samples: Sequence[Sample], elapsed: float, cfg: LoadConfig, stoppe
     }
     examples: dict[str, str | None] = {}
     for s in failed:
-        examples.setdefault(s.error or "unknown", s.detail)
+        examples.setdefault(s.error or "unknown", None if s.detail is None else redact(s.detail))
     if examples:
         summary["error_examples"] = examples
     if include_samples:
-        summary["samples"] = [{k: v for k, v in asdict(s).items() if k != "text"} for s in samples]
+        summary["samples"] = [
+            {k: (redact(v) if k == "detail" and v is not None else v) for k, v in asdict(s).items() if k != "text"}
+            for s in samples
+        ]
     return summary
 
 
@@ -679,7 +718,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Disconnect after K chunks (tests stop/cleanup paths); such requests count as aborted.")
     parser.add_argument("--header", action="append", default=[], metavar="NAME:VALUE",
                         help="Extra request header (SSE) or frame header (ws); repeatable.")
-    parser.add_argument("--user", default=None, help="Send x-user-id with this value.")
+    parser.add_argument("--user", default=None,
+                        help="Send x-user-id with this value (names the user only on a gateway with --auth none).")
+    parser.add_argument("--token", default=None,
+                        help="Access token (a JWT or an API key) for a gateway with --auth jwt or api-keys: "
+                        "'Authorization: Bearer TOKEN' on HTTP requests, '?access_token=TOKEN' on the WebSocket "
+                        "URL. Not for --transport adk. Never printed.")
     parser.add_argument("--adk-app", default="", help="App name for --transport adk.")
     parser.add_argument("--sse-path", default=SSE_PATH)
     parser.add_argument("--ws-path", default=WS_PATH)
@@ -700,7 +744,8 @@ def config_from_args(args: argparse.Namespace) -> LoadConfig:
         url=args.url, transport=args.transport, concurrency=args.concurrency, requests=args.requests,
         duration_s=args.duration, timeout_s=args.timeout, prompt=args.prompt, chat=args.chat,
         ws_connection=args.ws_connection, abort_after=args.abort_after, headers=headers, user=args.user,
-        adk_app=args.adk_app, allow_remote=args.allow_remote, sse_path=args.sse_path, ws_path=args.ws_path,
+        token=args.token, adk_app=args.adk_app, allow_remote=args.allow_remote, sse_path=args.sse_path,
+        ws_path=args.ws_path,
     )
 
 

@@ -6,15 +6,20 @@ Tiny bounded loads; the assertions are on counts and shape only, never on timing
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
+from aiohttp.test_utils import TestClient
 
 from gateway.keys import REGISTRY
 
 from .conftest import StartGateway
+from .support import settings as gateway_settings
 
 try:
     from tests.bench import loadgen
@@ -23,14 +28,20 @@ except ImportError:  # plain `pytest` (not `python -m pytest`) without the repo 
     from tests.bench import loadgen
 
 ECHO_CHUNKS = ["start", "start-step", "text-start", "text-delta x3", "text-end", "finish-step", "finish"]
+SECRET = "loadgen-test-secret-that-is-long-enough-for-hs256"
+
+
+async def _run(client: TestClient[Any, Any], **overrides: Any) -> tuple[list[loadgen.Sample], dict[str, Any]]:
+    settings: dict[str, Any] = {"duration_s": 10, "timeout_s": 5, **overrides}
+    cfg = loadgen.LoadConfig(url=str(client.make_url("")).rstrip("/"), **settings)
+    samples, elapsed, stopped_by = await loadgen.run_load(cfg)
+    return samples, loadgen.summarize(samples, elapsed, cfg, stopped_by, include_samples=True)
 
 
 async def _load(gateway: StartGateway, **overrides: Any) -> tuple[list[loadgen.Sample], dict[str, Any], Any]:
     client = await gateway()
-    settings: dict[str, Any] = {"duration_s": 10, "timeout_s": 5, **overrides}
-    cfg = loadgen.LoadConfig(url=str(client.make_url("")).rstrip("/"), **settings)
-    samples, elapsed, stopped_by = await loadgen.run_load(cfg)
-    return samples, loadgen.summarize(samples, elapsed, cfg, stopped_by), client
+    samples, summary = await _run(client, **overrides)
+    return samples, summary, client
 
 
 @pytest.mark.parametrize("transport", ["sse", "ws"])
@@ -85,6 +96,50 @@ async def test_the_duration_bound_stops_long_requests(gateway: StartGateway) -> 
     assert summary["requests"]["sent"] == 2
     assert summary["requests"]["unfinished"] == 2
     assert summary["requests"]["failed"] == 0
+
+
+@pytest.mark.parametrize(("transport", "refusal"), [("sse", "http_401"), ("ws", "ws_handshake_401")])
+async def test_a_token_authenticates_every_request_on_a_jwt_gateway(
+    gateway: StartGateway, transport: str, refusal: str
+) -> None:
+    client = await gateway(gateway_settings(auth="jwt", auth_jwt_secret=SECRET))
+    token = jwt.encode({"sub": "bench-alice", "exp": int(time.time()) + 600}, SECRET, algorithm="HS256")
+
+    samples, summary = await _run(client, transport=transport, concurrency=2, requests=6, prompt="/echo a b c",
+                                  chat="reused", token=token)
+    assert summary["requests"] == {"sent": 6, "ok": 6, "aborted": 0, "failed": 0, "unfinished": 0}, (
+        summary.get("error_examples"))
+    assert {s.text for s in samples} == {"a b c"}
+    assert {s.status for s in samples} == ({200} if transport == "sse" else {None})
+    # The token is a credential: the summary says one was used, never which.
+    assert summary["config"]["token"] == "[redacted]"
+    assert token not in json.dumps(summary)
+
+    # Without a token (and --user does not help: the gateway ignores x-user-id with auth on), and
+    # with a token the gateway did not sign: every request is refused with 401 and counted.
+    forged = jwt.encode({"sub": "bench-alice"}, "another-secret-that-is-long-enough-too", algorithm="HS256")
+    for credentials in ({"user": "bench-alice"}, {"token": forged}):
+        samples, summary = await _run(client, transport=transport, concurrency=2, requests=4,
+                                      prompt="/echo a b c", **credentials)
+        assert summary["requests"] == {"sent": 4, "ok": 0, "aborted": 0, "failed": 4, "unfinished": 0}
+        assert summary["errors"] == {refusal: 4}
+        assert all(s.chunks == 0 for s in samples)
+        assert forged not in json.dumps(summary)  # the ws handshake error quotes its URL: redacted
+    assert client.server.app[REGISTRY].counts()["runs"] == 0
+
+
+def test_a_token_is_only_for_the_gateway_transports() -> None:
+    with pytest.raises(ValueError, match="--token"):
+        loadgen.LoadConfig(transport="adk", adk_app="demo", token="t").validate()
+    with pytest.raises(ValueError, match="--token"):
+        loadgen.LoadConfig(token="two words").validate()
+
+
+def test_redact_hides_query_and_bearer_credentials() -> None:
+    text = "401, url='ws://127.0.0.1:1/api/chat/ws?access_token=abc.def&x=1' Authorization: Bearer k3y"
+    assert loadgen.redact(text) == (
+        "401, url='ws://127.0.0.1:1/api/chat/ws?access_token=[redacted]&x=1' Authorization: Bearer [redacted]"
+    )
 
 
 async def test_an_error_status_is_counted_by_kind(gateway: StartGateway) -> None:

@@ -161,9 +161,14 @@ def start_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable
 # --- nginx --------------------------------------------------------------------------------------
 
 
-def render_site_conf(text: str, *, listen_port: int, upstreams: list[int], read_timeout: str | None = None) -> str:
+def render_site_conf(text: str, *, listen_port: int, upstreams: list[int], read_timeout: str | None = None,
+                     access_log: Path | None = None) -> str:
     """deploy/nginx/adk-gateway.conf for a test: our listen port and upstreams, optionally a
-    shorter `proxy_read_timeout`. Fails if the file no longer has the lines it rewrites."""
+    shorter `proxy_read_timeout`, and the access log moved to `access_log` (nothing is written
+    outside the test's folder). Fails if the file no longer has the lines it rewrites."""
+    if access_log is not None:
+        text, logs = re.subn(r"(?m)^(\s*)access_log\s+\S+", rf"\1access_log {access_log}", text)
+        assert logs >= 1, "deploy/nginx/adk-gateway.conf has no access_log line"
     text, listens = re.subn(r"(?m)^(\s*)listen\s+[^;]+;", rf"\1listen 127.0.0.1:{listen_port};", text)
     servers = "".join(f"    server 127.0.0.1:{port};\n" for port in upstreams)
 
@@ -190,6 +195,10 @@ class Nginx:
     prefix: Path
     site_conf: str = field(repr=False, default="")
 
+    def access_log(self) -> str:
+        path = self.prefix / "access.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
     def error_log(self) -> str:
         path = self.prefix / "error.log"
         return path.read_text(errors="replace")[-4000:] if path.exists() else ""
@@ -206,7 +215,7 @@ def start_nginx() -> Iterator[Callable[..., Nginx]]:
         prefix.chmod(0o755)  # workers (nobody, when the master is root) read and write temp dirs here
         port = free_port()
         site = render_site_conf(SITE_CONF.read_text(), listen_port=port, upstreams=upstreams,
-                                read_timeout=read_timeout)
+                                read_timeout=read_timeout, access_log=prefix / "access.log")
         (prefix / "adk-gateway.conf").write_text(site)
         temp_paths = "\n".join(f"    {kind}_temp_path {prefix}/{kind};"
                                for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))

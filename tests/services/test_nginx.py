@@ -8,6 +8,7 @@ when it reaches the client while the gateway still reports the run as active.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import re
@@ -131,3 +132,21 @@ async def test_body_limit_matches_the_gateway(proxied: tuple[GatewayProcess, Ngi
         async with session.post(f"{nginx.url}/api/chat", data=too_big,
                                 headers={"Content-Type": "application/json"}) as response:
             assert response.status == 413
+
+
+async def test_the_proxy_strips_user_headers_and_logs_no_token(proxied: tuple[GatewayProcess, Nginx]) -> None:
+    """Behind nginx a client cannot name a user with x-user-id, and the access log never holds the
+    WebSocket's ?access_token= (nginx logs the path without its query)."""
+    _, nginx = proxied
+    token = f"tok-{uuid.uuid4().hex}"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{nginx.url}/api/me", headers={"x-user-id": "mallory"}) as response:
+            assert (await response.json())["user"] == "anonymous"
+        async with session.ws_connect(f"{nginx.url}/api/chat/ws", params={"access_token": token}) as ws:
+            await ws.close()
+    deadline = time.monotonic() + 5
+    while "/api/chat/ws" not in nginx.access_log() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)  # nginx writes the line when the proxied socket closes
+    logged = nginx.access_log()
+    assert "/api/chat/ws" in logged and "/api/me" in logged
+    assert token not in logged and "access_token" not in logged
