@@ -32,12 +32,14 @@ import hmac
 import os
 import re
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import jwt
+import jwt.warnings
 import structlog
 
 from gateway.errors import Unauthorized
@@ -61,8 +63,12 @@ __all__ = [
 
 log = structlog.get_logger("gateway.auth")
 
+# PyJWT warns on every decode with a short HMAC key; the gateway says it once, at start.
+warnings.filterwarnings("ignore", category=jwt.warnings.InsecureKeyLengthWarning)
+
 ANONYMOUS: Final = "anonymous"
 MAX_USER_ID_CHARS: Final = 256
+MIN_HS256_SECRET_BYTES: Final = 32
 ASYMMETRIC_ALGORITHMS: Final = {"RS256": "RSA", "ES256": "EC"}
 _TOKEN_IN_TEXT = re.compile(r"(access_token=)[^&\s\"']+|(Bearer\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
 
@@ -98,6 +104,7 @@ class Identity:
 
     user_id: str
     verified: bool  # False: `--auth none`, the caller only said who they are
+    expires_at: float | None = None  # the credential's `exp` (Unix time), when it has one
 
 
 class Authenticator(abc.ABC):
@@ -276,7 +283,9 @@ class JwtAuth(Authenticator):
         if user is None:
             raise Unauthorized("The access token is not valid.", detail="'sub' is not a usable user id",
                                token_sent=True)
-        return Identity(user, verified=True)
+        exp = claims.get("exp")
+        expires_at = float(exp) + self.leeway_s if isinstance(exp, int | float) else None
+        return Identity(user, verified=True, expires_at=expires_at)
 
     async def aclose(self) -> None:
         if self.jwks is not None:
@@ -366,6 +375,9 @@ class ApiKeyAuth(Authenticator):
 def build_authenticator(settings: Settings) -> Authenticator:
     """The authenticator `--auth` names. Raises `ApiKeyFileError` for an unreadable keys file."""
     if settings.auth == "jwt":
+        if settings.auth_jwt_secret and len(settings.auth_jwt_secret.encode()) < MIN_HS256_SECRET_BYTES:
+            log.warning("weak_jwt_secret", detail=f"the HS256 secret has fewer than {MIN_HS256_SECRET_BYTES} bytes "
+                        "(RFC 7518 §3.2); anyone who guesses it can sign tokens for any user")
         jwks = None
         if settings.auth_jwks_url:
             jwks = JwksCache(settings.auth_jwks_url, ttl_s=settings.auth_jwks_cache_s,

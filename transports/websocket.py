@@ -23,6 +23,7 @@ import asyncio
 import base64
 import binascii
 import json
+import time
 import uuid
 from typing import TYPE_CHECKING, Any, Final
 
@@ -35,7 +36,7 @@ from gateway.approval import ApprovalRefused
 from gateway.auth import bearer_token, redact
 from gateway.chat import RequestContext
 from gateway.errors import GatewayError, OriginRefused, Unauthorized
-from gateway.keys import AUTH, SERVICE, SETTINGS, SOCKETS
+from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS, SOCKETS
 from gateway.registry import ChatRun, Connection
 from gateway.requests import (
     LIVE_FRAME_TYPES,
@@ -408,6 +409,14 @@ class SocketSession:
             await self._bad_frame(self.live_request_id, str(exc), "invalid_audio", "invalid_audio")
 
 
+async def _close_at_expiry(ws: web.WebSocketResponse, expires_at: float) -> None:
+    """A socket lives no longer than the token that opened it: at its `exp`, close with 1008 (the
+    client reconnects with a fresh token)."""
+    await asyncio.sleep(max(0.0, expires_at - time.time()))
+    log.info("socket_token_expired")
+    await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"token expired")
+
+
 async def chat_socket(request: web.Request) -> web.StreamResponse:
     settings = request.app[SETTINGS]
     service = request.app[SERVICE]
@@ -431,6 +440,9 @@ async def chat_socket(request: web.Request) -> web.StreamResponse:
         try:
             async with service.registry.connection("ws") as conn:
                 session = SocketSession(ws, conn, service, settings, request, user_id=user_id)
+                expires_at = request[IDENTITY].expires_at if IDENTITY in request else None
+                if expires_at is not None:
+                    conn.spawn(_close_at_expiry(ws, expires_at), "token-expiry")
                 await session.serve()
         finally:
             sockets.discard(ws)

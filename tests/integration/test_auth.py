@@ -442,3 +442,12 @@ async def test_the_stop_reaches_only_the_owners_run(gateway: StartGateway) -> No
     reply = await stream.rest()
     assert reply.done and reply.types.count("text-delta") < 200
     await wait_for(lambda: client.app[REGISTRY].counts()["runs"] == 0, what="the run to end")
+
+
+async def test_a_socket_closes_when_its_token_expires(gateway: StartGateway) -> None:
+    client = await gateway(jwt_settings(auth_jwt_leeway_s=0))
+    ws = await client.ws_connect("/api/chat/ws", params={"access_token": hs256("alice", exp=int(time.time()) + 2)})
+    await ws.send_json(send_frame("r1", new_id("c"), "/echo still valid"))
+    assert (await ws_frames(ws, "r1"))[-1]["type"] == "end"
+    message = await ws.receive(timeout=10)
+    assert message.type == aiohttp.WSMsgType.CLOSE and message.data == 1008 and message.extra == "token expired"
