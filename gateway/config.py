@@ -98,7 +98,58 @@ class Settings(BaseModel):
     )
     max_llm_calls: int = Field(default=25, ge=1, le=1000, description="Model calls allowed per run.")
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, description="Largest POST body.")
-    max_ws_frame_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, description="Largest WebSocket frame.")
+    max_ws_frame_bytes: int = Field(
+        default=1024 * 1024, ge=1024, description="Largest WebSocket text frame (a larger one closes with 1009)."
+    )
+    max_audio_frame_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="Largest binary (live audio) WebSocket frame; 2 s of 16 kHz PCM16."
+    )
+    max_json_depth: int = Field(
+        default=64, ge=8, le=512, description="Deepest JSON nesting accepted in a body or frame (400 invalid_json)."
+    )
+    max_history_messages: int = Field(
+        default=10_000, ge=1, le=100_000, description="Most messages a posted history may hold (413 past it)."
+    )
+    max_runs: int = Field(
+        default=256, ge=1, description="Concurrent runs per process, detached ones included (503 + Retry-After)."
+    )
+    max_runs_per_user: int = Field(
+        default=8, ge=1, description="Concurrent runs per user in this process (429 + Retry-After)."
+    )
+    max_sockets_per_user: int = Field(
+        default=16, ge=1, description="Open WebSockets per user in this process (429 at the handshake)."
+    )
+    max_sends_per_minute: int = Field(
+        default=120, ge=1, description="`send` frames per socket per minute (an `error` frame `rate_limited` past it; "
+        "repeated abuse closes with 1008)."
+    )
+    max_live_sessions: int = Field(
+        default=32, ge=1, description="Live (audio) sessions per process (a live-start past it closes with 1013)."
+    )
+    max_pending_bytes: int = Field(
+        default=1024 * 1024, ge=4096, description="Bytes a connection may leave unsent before it is a slow reader."
+    )
+    slow_reader_grace_s: float = Field(
+        default=10.0, ge=0, le=600, description="How long a reader may stay over --max-pending-bytes before it is cut."
+    )
+    model_timeout_s: float = Field(
+        default=120.0, ge=0, description="Longest one model call may take (0: no limit); then an error chunk."
+    )
+    tool_timeout_s: float = Field(
+        default=300.0, ge=0, description="Longest one server tool call may take (0: no limit); then a tool error."
+    )
+    store_timeout_s: float = Field(
+        default=10.0, gt=0, description="Longest one session-store call may take before the request fails."
+    )
+    cancel_timeout_s: float = Field(
+        default=5.0, gt=0, le=300, description="How long a stop waits for a tool that ignores cancellation."
+    )
+    memory_ttl_s: float = Field(
+        default=3600.0, ge=0, description="memory:// sessions: drop chats idle this long (0: never)."
+    )
+    memory_max_chats: int = Field(
+        default=10_000, ge=1, description="memory:// sessions: most chats kept; the least recently used go first."
+    )
     keepalive_s: float = Field(default=15.0, gt=0, le=300, description="Idle SSE comment interval.")
     ws_heartbeat_s: float = Field(default=25.0, gt=0, le=300, description="WebSocket ping interval.")
     busy_grace_ms: int = Field(
@@ -124,7 +175,9 @@ class Settings(BaseModel):
         default=700, ge=100, le=10_000, description="Hands-free live mode: silence that ends an utterance."
     )
     vad_threshold_dbfs: float = Field(default=-45.0, le=0, description="Hands-free live mode: speech level.")
-    shutdown_timeout_s: float = Field(default=5.0, ge=0, description="Grace for open streams at shutdown.")
+    shutdown_timeout_s: float = Field(
+        default=10.0, ge=0, le=600, description="At SIGTERM: how long runs may finish before every stream is ended."
+    )
     web_dir: str = Field(default="", description="Folder with the built chat page (default: web/dist).")
 
     @field_validator("session_store")

@@ -67,7 +67,7 @@ def caller_of(request: web.Request, body: dict[str, Any] | None = None) -> str:
 
 
 def error_response(error: GatewayError) -> web.Response:
-    return web.json_response(error.body(), status=error.status)
+    return web.json_response(error.body(), status=error.status, headers=error.headers())
 
 
 async def _read_body(request: web.Request, limit: int) -> ChatRequest:
