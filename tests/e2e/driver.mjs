@@ -94,6 +94,7 @@ class Run {
     this.toolCalls = [];
     this.finishes = [];
     this.ranTools = new Set();
+    this.http = []; // results of `http` steps
     this.recorder = new Recorder({
       schema: ai.asSchema(ai.uiMessageChunkSchema),
       maxRequests: scenario.maxRequests ?? 10,
@@ -136,8 +137,15 @@ class Run {
     const url = scenario.wsUrl ?? `${base.replace(/^http/, 'ws')}/api/chat/ws`;
     const RecordingWebSocket = this.recorder.webSocket(WebSocket);
     const Transport = this.kind.transport === 'ws' ? ai.WebSocketChatTransport : WsTransport6;
-    // v7 names the option `webSocket`; the ai 6 port may name it `WebSocket`.
-    return new Transport({ ...common, url, webSocket: RecordingWebSocket, WebSocket: RecordingWebSocket });
+    // v7 names the option `webSocket`; the ai 6 port may name it `WebSocket`. `params` become query
+    // parameters of the socket URL (how a browser sends `access_token`).
+    return new Transport({
+      ...common,
+      ...(scenario.params != null ? { params: scenario.params } : {}),
+      url,
+      webSocket: RecordingWebSocket,
+      WebSocket: RecordingWebSocket,
+    });
   }
 
   /** Runs a browser tool when it may: approved, or configured as not needing approval. */
@@ -278,8 +286,44 @@ class Run {
   }
 
   /**
+   * A raw HTTP request against the gateway (an `http` step), outside the chat client: `{chatId}`
+   * in the path becomes this client's chat id; the client's scenario headers go under the step's
+   * own (unless `noDefaultHeaders`); an object body is sent as JSON. Records the status, the
+   * response headers and the body (parsed JSON, else text) under `http` in the result.
+   */
+  async httpStep(step) {
+    if (typeof step.path !== 'string' || !step.path.startsWith('/')) {
+      throw new ScenarioError('http: `path` must be an absolute path, like "/api/me"');
+    }
+    const base = (this.scenario.baseUrl ?? 'http://127.0.0.1:8080').replace(/\/$/, '');
+    const url = base + step.path.replaceAll('{chatId}', encodeURIComponent(this.chat.id));
+    const lower = headers =>
+      Object.fromEntries(Object.entries(headers ?? {}).map(([key, value]) => [key.toLowerCase(), value]));
+    const headers = {
+      ...(step.noDefaultHeaders ? {} : lower(this.scenario.headers)),
+      ...lower(step.headers),
+    };
+    if (step.contentType != null) headers['content-type'] = step.contentType;
+    const init = { method: (step.method ?? 'GET').toUpperCase(), headers };
+    if (step.body !== undefined) {
+      init.body = typeof step.body === 'string' ? step.body : JSON.stringify(step.body);
+    }
+    const record = { name: step.name ?? `http${this.http.length}`, method: init.method, url };
+    this.http.push(record);
+    const response = await fetch(url, init);
+    record.status = response.status;
+    record.headers = Object.fromEntries(response.headers.entries());
+    const text = await response.text();
+    try {
+      record.body = JSON.parse(text);
+    } catch {
+      record.body = text;
+    }
+  }
+
+  /**
    * Another chat client of this scenario (created at its first step): same kind, base URL,
-   * headers and body as the main one unless its `peers` entry says otherwise, and the same chat
+   * headers, params and body as the main one unless its `peers` entry says otherwise, and the same chat
    * id. `messagesFrom: "main"` starts it with a copy of the main chat's messages at that moment
    * (a page reloaded with its persisted messages).
    */
@@ -345,6 +389,7 @@ class Run {
         return;
       case 'waitChunks': // like stopAfter, without the stop
         await this.waitForChunks(step.chunks ?? 1, 'waitChunks');
+        if (step.text != null) await this.waitForAssistantText(step.text);
         return;
       case 'stop':
         await chat.stop();
@@ -361,6 +406,9 @@ class Run {
           'regenerate',
         );
         await sleep(0);
+        return;
+      case 'http':
+        await this.httpStep(step);
         return;
       case 'sleep':
         await sleep(step.ms ?? 0);
@@ -422,6 +470,7 @@ class Run {
       toolCalls: this.toolCalls,
       finishes: this.finishes,
       wsEvents: recorder.wsEvents,
+      http: this.http,
       driverErrors: this.driverErrors,
       durationMs: Date.now() - this.started,
       ...(this.peers.size > 0 ? { peers } : {}),
@@ -463,6 +512,9 @@ async function readScenario() {
   for (const s of [scenario, ...Object.values(scenario.peers ?? {})]) {
     if (!['sdk', 'page', 'none', undefined].includes(s.predicate)) {
       throw new ScenarioError('predicate must be sdk, page or none');
+    }
+    if (s.params != null && (typeof s.params !== 'object' || Array.isArray(s.params))) {
+      throw new ScenarioError('params must be an object of query parameters');
     }
   }
   return scenario;

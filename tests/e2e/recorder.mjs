@@ -249,6 +249,10 @@ export class Recorder {
           tail = tail.then(() => recorder.wsFrame(text));
           recorder.track(tail);
         });
+        // A refused handshake (`ws` says "Unexpected server response: 401") or a network error.
+        this.on('error', error => {
+          recorder.wsEvents.push({ event: 'error', message: String(error?.message ?? error) });
+        });
         this.on('close', (code, reason) => {
           recorder.wsEvents.push({ event: 'close', code, reason: reason.toString() });
         });
@@ -331,6 +335,7 @@ export class Recorder {
       case 'error':
         entry.end = 'error';
         entry.error = frame.errorText;
+        if (frame.code !== undefined) entry.errorCode = frame.code;
         entry.done = true;
         return;
       default:
