@@ -14,8 +14,8 @@ from agents.adk import AgentHost, load_agent, session_service_from_uri
 from gateway.auth import AnonymousAuth, Identity, bearer_token, build_authenticator, redact
 from gateway.chat import ChatService
 from gateway.config import Settings
-from gateway.errors import GatewayError, OriginRefused, Unauthorized, UnsupportedMediaType
-from gateway.keys import AUTH, HOST, IDENTITY, METRICS, REGISTRY, SERVICE, SETTINGS, SOCKETS
+from gateway.errors import GatewayError, OriginRefused, ServiceUnavailable, Unauthorized, UnsupportedMediaType
+from gateway.keys import AUTH, DRAINING, HOST, IDENTITY, METRICS, REGISTRY, SERVICE, SETTINGS, SOCKETS
 from gateway.metrics import Metrics
 from gateway.registry import Registry
 from gateway.streams import MemoryStreamStore, StreamStore
@@ -66,16 +66,46 @@ async def _agent_context(app: web.Application) -> AsyncIterator[None]:
         await app[AUTH].aclose()
 
 
-async def _close_sockets(app: web.Application) -> None:
-    """Shutdown: close every WebSocket with 1001 and stop every run (SSE streams then end)."""
+async def _drain(app: web.Application) -> None:
+    """SIGTERM (aiohttp has already stopped accepting connections): new runs are refused with 503,
+    running ones — detached ones included — get `--shutdown-timeout-s` to finish; then every run
+    left is stopped (its stream ends with `abort` and `[DONE]`, its `end` frame is sent, its
+    approval book saved), and every socket is closed with 1001."""
+    app[DRAINING].set()
+    settings = app[SETTINGS]
+    if REGISTRY in app:
+        registry = app[REGISTRY]
+        runs = [run for run in registry.runs.values() if run.active]
+        log.info("drain_started", runs=len(runs), sockets=len(app[SOCKETS]), timeout_s=settings.shutdown_timeout_s)
+        if runs:
+            waiters = [asyncio.ensure_future(run.done.wait()) for run in runs]
+            _, late = await asyncio.wait(waiters, timeout=settings.shutdown_timeout_s)
+            for waiter in late:
+                waiter.cancel()
+            app[METRICS].drained_runs.labels(outcome="stopped").inc(len(late))
+            app[METRICS].drained_runs.labels(outcome="finished").inc(len(runs) - len(late))
+        await registry.aclose()
+        # Let the deliveries write what the stopped runs ended with (abort, `end` frames).
+        deliveries = [task for conn in list(registry.connections.values()) for task in conn.tasks
+                      if task.get_name().split(":", 1)[-1].startswith("deliver:")]
+        if deliveries:
+            await asyncio.wait(deliveries, timeout=1.0)
     open_sockets: set[web.WebSocketResponse] = app[SOCKETS]
     sockets = list(open_sockets)
     await asyncio.gather(
         *(ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown") for ws in sockets),
         return_exceptions=True,
     )
-    if REGISTRY in app:
-        await app[REGISTRY].aclose()
+    log.info("drain_done", sockets_closed=len(sockets))
+
+
+@web.middleware
+async def _refuse_when_draining(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    if request.app[DRAINING].is_set() and request.method == "POST" and request.path == "/api/chat":
+        raise ServiceUnavailable("The gateway is shutting down; try again.")
+    return await handler(request)
 
 
 @web.middleware
@@ -253,16 +283,17 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
     from transports.websocket import chat_socket
 
     settings = settings or Settings()
-    app = web.Application(middlewares=[_cors_preflight, _errors, _guard_posts, _authenticate],
+    app = web.Application(middlewares=[_cors_preflight, _errors, _refuse_when_draining, _guard_posts, _authenticate],
                           client_max_size=settings.max_body_bytes + 1024)
     app[SETTINGS] = settings
     app[AUTH] = build_authenticator(settings)
     app[METRICS] = Metrics()
     app[SOCKETS] = set()
+    app[DRAINING] = asyncio.Event()
     if host is not None:
         app[HOST] = host
     app.cleanup_ctx.append(_agent_context)
-    app.on_shutdown.append(_close_sockets)
+    app.on_shutdown.append(_drain)
     app.on_response_prepare.append(_cors_headers)
 
     web_dir = _web_dir(settings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -14,13 +15,14 @@ if TYPE_CHECKING:
     from gateway.metrics import Metrics
     from gateway.registry import Registry
 
-__all__ = ["AUTH", "HOST", "IDENTITY", "METRICS", "REGISTRY", "SERVICE", "SETTINGS", "SOCKETS"]
+__all__ = ["AUTH", "DRAINING", "HOST", "IDENTITY", "METRICS", "REGISTRY", "SERVICE", "SETTINGS", "SOCKETS"]
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 HOST: web.AppKey[AgentHost] = web.AppKey("agent_host")
 REGISTRY: web.AppKey[Registry] = web.AppKey("registry")
 SERVICE: web.AppKey[ChatService] = web.AppKey("chat_service")
+DRAINING: web.AppKey[asyncio.Event] = web.AppKey("draining")  # set at SIGTERM
 SOCKETS: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("sockets")
 AUTH: web.AppKey[Authenticator] = web.AppKey("authenticator")
 IDENTITY: web.RequestKey[Identity] = web.RequestKey("identity")

@@ -31,6 +31,10 @@ class Metrics:
         self.auth_refused = Counter(
             "adk_gateway_auth_refused", "Requests refused before a handler ran, by reason", ["reason"], registry=r
         )
+        self.drained_runs = Counter(
+            "adk_gateway_drained_runs", "Runs open at shutdown: finished in the grace, or stopped", ["outcome"],
+            registry=r,
+        )
         self.connections = Gauge("adk_gateway_connections", "Open connections", ["kind"], registry=r)
         self.active_runs = Gauge("adk_gateway_active_runs", "Runs in progress", registry=r)
         self.ws_frames_refused = Counter(
