@@ -17,7 +17,7 @@ from gateway.config import Settings
 from gateway.errors import GatewayError, OriginRefused, ServiceUnavailable, Unauthorized, UnsupportedMediaType
 from gateway.keys import AUTH, DRAINING, HOST, IDENTITY, METRICS, REGISTRY, SERVICE, SETTINGS, SOCKETS
 from gateway.metrics import Metrics
-from gateway.registry import Registry
+from gateway.registry import Limits, Registry
 from gateway.streams import MemoryStreamStore, StreamStore
 
 __all__ = ["make_app"]
@@ -49,7 +49,8 @@ async def _agent_context(app: web.Application) -> AsyncIterator[None]:
                               max_llm_calls=settings.max_llm_calls)
     host = app[HOST]
     registry = Registry(detach_on_disconnect=settings.detach_on_disconnect,
-                        busy_grace_s=settings.busy_grace_ms / 1000)
+                        busy_grace_s=settings.busy_grace_ms / 1000,
+                        limits=Limits.from_settings(settings), metrics=app[METRICS])
     streams = _stream_store(settings)
     streams.listen_for_stops(registry.stop_soon)
     app[REGISTRY] = registry

@@ -114,17 +114,18 @@ class Settings(BaseModel):
         default=256, ge=1, description="Concurrent runs per process, detached ones included (503 + Retry-After)."
     )
     max_runs_per_user: int = Field(
-        default=8, ge=1, description="Concurrent runs per user in this process (429 + Retry-After)."
+        default=8, ge=1, description="Concurrent runs per user (not `anonymous`) in this process (429 + Retry-After)."
     )
     max_sockets_per_user: int = Field(
-        default=16, ge=1, description="Open WebSockets per user in this process (429 at the handshake)."
+        default=16, ge=1, description="Open WebSockets per user (not `anonymous`) in this process (429 at handshake)."
     )
     max_sends_per_minute: int = Field(
         default=120, ge=1, description="`send` frames per socket per minute (an `error` frame `rate_limited` past it; "
         "repeated abuse closes with 1008)."
     )
     max_live_sessions: int = Field(
-        default=32, ge=1, description="Live (audio) sessions per process (a live-start past it closes with 1013)."
+        default=32, ge=1, description="Live (audio) sessions per process (a live-start past it gets an `error` frame "
+        "`overloaded`)."
     )
     max_pending_bytes: int = Field(
         default=1024 * 1024, ge=4096, description="Bytes a connection may leave unsent before it is a slow reader."

@@ -11,7 +11,15 @@
     ├── ContinuationRefused           409     continuation_refused
     ├── NotFound                      404     not_found
     ├── AgentFailed                   500     agent_failed
-    └── ServiceUnavailable            503     unavailable
+    ├── ServiceUnavailable            503     unavailable
+    └── LimitReached                  429     rate_limited      (all: Retry-After)
+        ├── TooManyRuns               429     too_many_runs
+        ├── TooManySockets            429     too_many_sockets
+        └── Overloaded                503     overloaded        (close 1013)
+
+`LimitReached` is a cap answered before anything streams (gateway/registry.py). Its `reason`
+names the cap (the Prometheus label of `adk_gateway_rejections_total`), and `retry_after_s` goes
+out as `Retry-After` on HTTP.
 """
 
 from __future__ import annotations
@@ -27,10 +35,14 @@ __all__ = [
     "ChatBusy",
     "ContinuationRefused",
     "GatewayError",
+    "LimitReached",
     "NotFound",
     "OriginRefused",
+    "Overloaded",
     "PayloadTooLarge",
     "ServiceUnavailable",
+    "TooManyRuns",
+    "TooManySockets",
     "Unauthorized",
     "UnsupportedMediaType",
 ]
@@ -139,3 +151,47 @@ class ServiceUnavailable(GatewayError):
     code = "unavailable"
     close_code = WSCloseCode.TRY_AGAIN_LATER
     default_message = "The gateway is not ready."
+
+
+class LimitReached(GatewayError):
+    """A cap refused the request before anything streamed; the client may retry after `retry_after_s`."""
+
+    status = 429
+    code = "rate_limited"
+    close_code = WSCloseCode.POLICY_VIOLATION
+    default_message = "Too many requests; slow down and try again shortly."
+    default_reason: ClassVar[str] = "rate"
+    default_retry_after_s: ClassVar[int] = 2
+
+    def __init__(
+        self, message: str | None = None, *, reason: str | None = None, retry_after_s: int | None = None,
+        detail: str | None = None,
+    ) -> None:
+        super().__init__(message, detail=detail)
+        self.reason = reason or self.default_reason
+        self.retry_after_s = max(1, retry_after_s if retry_after_s is not None else self.default_retry_after_s)
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
+
+
+class TooManyRuns(LimitReached):
+    code = "too_many_runs"
+    default_message = "You have too many answers running; wait for one to finish."
+    default_reason = "runs_per_user"
+
+
+class TooManySockets(LimitReached):
+    code = "too_many_sockets"
+    default_message = "You have too many chat sockets open; close one first."
+    default_reason = "sockets_per_user"
+    # Sockets live long: a client retrying sooner would most likely be refused again.
+    default_retry_after_s = 5
+
+
+class Overloaded(LimitReached):
+    status = 503
+    code = "overloaded"
+    close_code = WSCloseCode.TRY_AGAIN_LATER
+    default_message = "The gateway is busy; try again in a moment."
+    default_reason = "runs"

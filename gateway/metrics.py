@@ -35,6 +35,10 @@ class Metrics:
             "adk_gateway_drained_runs", "Runs open at shutdown: finished in the grace, or stopped", ["outcome"],
             registry=r,
         )
+        self.rejections = Counter(
+            "adk_gateway_rejections", "Requests refused by a cap before anything streamed, by cap", ["reason"],
+            registry=r,
+        )
         self.connections = Gauge("adk_gateway_connections", "Open connections", ["kind"], registry=r)
         self.active_runs = Gauge("adk_gateway_active_runs", "Runs in progress", registry=r)
         self.ws_frames_refused = Counter(

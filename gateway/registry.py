@@ -11,25 +11,124 @@ How it works
   old run is stopping, and waits a short grace for a run whose client may just have left, before
   it is refused with `ChatBusy`.
 - Stopping a run cancels its task and waits for it: nothing of it (no tool) runs afterwards.
+
+Caps (`Limits`, from the settings) are answered here, before anything streams:
+
+- Runs: a run is *held* from its claim until its task has ended — detached runs included, since
+  they still cost a model and a task. `claim()` checks the caps and registers the run with no
+  await in between (the wait for a busy chat comes first), so N simultaneous claims against room
+  for N-1 give exactly one refusal. Over the user's cap: `TooManyRuns` (429); over the process's:
+  `Overloaded` (503). The user's cap is checked first: it is the answer that stays true however
+  much room the process has.
+- Live sessions hold their chat like a run but are counted on their own (`live_sessions`): a
+  live session is one long model connection, not a bounded answer, so it neither uses nor is
+  refused by the run caps. Over the cap: `Overloaded` with reason `live_sessions`.
+- Sockets per user: `socket_slot(user)` is entered before the upgrade and left when the socket's
+  handler ends; over the cap it raises `TooManySockets` (429 at the handshake).
+- `send` frames per socket: each connection has a `SendWindow` (below), consulted by
+  `admit_send()`.
+
+`anonymous` (`--auth none` without a user header) is nobody in particular — every client that
+names no one shares it — so only the process caps bound it, not the per-user ones.
+
+Every refusal goes through `_refuse()`: one count in `adk_gateway_rejections_total{reason}` and
+one log line `rejected` with the user and the cap (never a token or a prompt).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import itertools
-from collections.abc import AsyncIterator, Coroutine
+import math
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import structlog
 
-from gateway.errors import ChatBusy
+from gateway.auth import ANONYMOUS
+from gateway.config import Settings
+from gateway.errors import ChatBusy, LimitReached, Overloaded, TooManyRuns, TooManySockets
+from gateway.metrics import Metrics
 from gateway.streams import ChatKey, StreamLog
 
-__all__ = ["ChatRun", "Connection", "Registry"]
+__all__ = ["ChatRun", "Connection", "Limits", "Registry", "SendVerdict", "SendWindow"]
 
 log = structlog.get_logger("gateway.registry")
+
+SEND_WINDOW_S: Final = 60.0
+# A client that keeps sending into a full window, ignoring the `rate_limited` error frames, is
+# closed (1008) once its refused sends in the window reach this many times its limit: by then it
+# has sent three times its budget within one minute.
+ABUSE_FACTOR: Final = 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """The caps the registry enforces (`--max-runs`, `--max-runs-per-user`, `--max-live-sessions`,
+    `--max-sockets-per-user`, `--max-sends-per-minute`)."""
+
+    runs: int
+    runs_per_user: int
+    live_sessions: int
+    sockets_per_user: int
+    sends_per_minute: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Limits:
+        return cls(
+            runs=settings.max_runs,
+            runs_per_user=settings.max_runs_per_user,
+            live_sessions=settings.max_live_sessions,
+            sockets_per_user=settings.max_sockets_per_user,
+            sends_per_minute=settings.max_sends_per_minute,
+        )
+
+
+class SendVerdict(enum.Enum):
+    ADMIT = "admit"
+    REFUSE = "refuse"  # an `error` frame `rate_limited`; the socket stays open
+    CLOSE = "close"  # abuse: refuse, then close the socket with 1008
+
+
+class SendWindow:
+    """A sliding one-minute window over one socket's `send` frames (pure: the caller gives `now`).
+
+    A `send` is admitted while fewer than `limit` were admitted in the last `SEND_WINDOW_S`
+    seconds. Refused sends are remembered too: when the refusals in the window reach
+    `ABUSE_FACTOR * limit` (three times the budget sent within a minute), the verdict is CLOSE.
+    Memory is bounded: the queues hold at most `limit` and `ABUSE_FACTOR * limit` timestamps.
+    """
+
+    def __init__(self, limit: int, window_s: float = SEND_WINDOW_S) -> None:
+        self.limit = limit
+        self.window_s = window_s
+        self._admitted: deque[float] = deque(maxlen=limit)
+        self._refused: deque[float] = deque(maxlen=ABUSE_FACTOR * limit)
+
+    def offer(self, now: float) -> SendVerdict:
+        """Counts one `send` at `now` and says what to do with it."""
+        horizon = now - self.window_s
+        for stamps in (self._admitted, self._refused):
+            while stamps and stamps[0] <= horizon:
+                stamps.popleft()
+        if len(self._admitted) < self.limit:
+            self._admitted.append(now)
+            return SendVerdict.ADMIT
+        self._refused.append(now)
+        if len(self._refused) >= ABUSE_FACTOR * self.limit:
+            return SendVerdict.CLOSE
+        return SendVerdict.REFUSE
+
+    def retry_after_s(self, now: float) -> int:
+        """Whole seconds until the window admits a `send` again (at least 1)."""
+        if len(self._admitted) < self.limit:
+            return 1
+        return max(1, math.ceil(self._admitted[0] + self.window_s - now))
 
 
 @dataclass(eq=False)
@@ -71,6 +170,7 @@ class Connection:
     registry: Registry
     runs: set[ChatRun] = field(default_factory=set)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    sends: SendWindow | None = None
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         """Starts a task owned by this connection; it is cancelled and awaited on release."""
@@ -81,18 +181,33 @@ class Connection:
 
 
 class Registry:
-    def __init__(self, *, detach_on_disconnect: bool = False, busy_grace_s: float = 0.3) -> None:
+    def __init__(
+        self,
+        *,
+        detach_on_disconnect: bool = False,
+        busy_grace_s: float = 0.3,
+        limits: Limits | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.detach_on_disconnect = detach_on_disconnect
         self.busy_grace_s = busy_grace_s
+        self.limits = limits or Limits.from_settings(Settings())
+        self.metrics = metrics or Metrics()
         self.connections: dict[str, Connection] = {}
         self.runs: dict[ChatKey, ChatRun] = {}
         self._ids = itertools.count(1)
+        # Held runs and live sessions (see "Caps" above); a run leaves them when its task ends.
+        self._held_runs: set[ChatRun] = set()
+        self._held_live: set[ChatRun] = set()
+        self._runs_by_user: dict[str, int] = {}
+        self._sockets_by_user: dict[str, int] = {}
 
     # --- connections -----------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
     async def connection(self, kind: str) -> AsyncIterator[Connection]:
-        conn = Connection(id=f"{kind}-{next(self._ids)}", kind=kind, registry=self)
+        conn = Connection(id=f"{kind}-{next(self._ids)}", kind=kind, registry=self,
+                          sends=SendWindow(self.limits.sends_per_minute) if kind == "ws" else None)
         self.connections[conn.id] = conn
         try:
             with structlog.contextvars.bound_contextvars(connection_id=conn.id):
@@ -128,8 +243,9 @@ class Registry:
 
     # --- runs ------------------------------------------------------------------------------
 
-    async def claim(self, key: ChatKey, owner: Connection, stream_log: StreamLog) -> ChatRun:
-        """Reserves the chat for a new run, or raises `ChatBusy`."""
+    async def claim(self, key: ChatKey, owner: Connection, stream_log: StreamLog, *, live: bool = False) -> ChatRun:
+        """Reserves the chat for a new run (`live`: a live session), or raises `ChatBusy` or a
+        `LimitReached` (see "Caps" above)."""
         existing = self.runs.get(key)
         if existing is not None and existing.active:
             if existing.stopping:
@@ -144,10 +260,44 @@ class Registry:
                     raise ChatBusy()
         if self.runs.get(key) not in (None, existing) and self.runs[key].active:
             raise ChatBusy()
+        # From here to the return: no await, so the caps are checked and the run held atomically.
+        self._check_caps(key[0], live=live)
         run = ChatRun(key=key, log=stream_log, owner=owner, detached=self.detach_on_disconnect)
         self.runs[key] = run
         owner.runs.add(run)
+        self._hold(run, live=live)
         return run
+
+    def _check_caps(self, user_id: str, *, live: bool) -> None:
+        limits = self.limits
+        if live:
+            if len(self._held_live) >= limits.live_sessions:
+                raise self._refuse(Overloaded(reason="live_sessions"), user_id, limits.live_sessions)
+            return
+        if user_id != ANONYMOUS and self._runs_by_user.get(user_id, 0) >= limits.runs_per_user:
+            raise self._refuse(TooManyRuns(), user_id, limits.runs_per_user)
+        if len(self._held_runs) >= limits.runs:
+            raise self._refuse(Overloaded(), user_id, limits.runs)
+
+    def _hold(self, run: ChatRun, *, live: bool) -> None:
+        if live:
+            self._held_live.add(run)
+        else:
+            self._held_runs.add(run)
+            user_id = run.key[0]
+            self._runs_by_user[user_id] = self._runs_by_user.get(user_id, 0) + 1
+
+    def _let_go(self, run: ChatRun) -> None:
+        """Ends the run's hold on the caps; idempotent."""
+        self._held_live.discard(run)
+        if run in self._held_runs:
+            self._held_runs.discard(run)
+            user_id = run.key[0]
+            left = self._runs_by_user.get(user_id, 0) - 1
+            if left > 0:
+                self._runs_by_user[user_id] = left
+            else:
+                self._runs_by_user.pop(user_id, None)
 
     def start(self, run: ChatRun, body: Coroutine[Any, Any, None]) -> None:
         async def runner() -> None:
@@ -159,6 +309,7 @@ class Registry:
                     del self.runs[run.key]
                 if run.owner is not None:
                     run.owner.runs.discard(run)
+                self._let_go(run)
 
         run.task = asyncio.get_running_loop().create_task(runner(), name=f"run:{run.key[1]}")
 
@@ -169,6 +320,7 @@ class Registry:
             del self.runs[run.key]
         if run.owner is not None:
             run.owner.runs.discard(run)
+        self._let_go(run)
 
     def active_run(self, key: ChatKey) -> ChatRun | None:
         run = self.runs.get(key)
@@ -198,3 +350,53 @@ class Registry:
             "connections": len(self.connections),
             "runs": sum(1 for run in self.runs.values() if run.active),
         }
+
+    def held(self) -> dict[str, int]:
+        """What the caps count now: held runs, live sessions, sockets, and users holding either."""
+        return {
+            "runs": len(self._held_runs),
+            "live_sessions": len(self._held_live),
+            "sockets": sum(self._sockets_by_user.values()),
+            "users_with_runs": len(self._runs_by_user),
+            "users_with_sockets": len(self._sockets_by_user),
+        }
+
+    # --- caps on sockets and frames --------------------------------------------------------
+
+    @contextlib.contextmanager
+    def socket_slot(self, user_id: str) -> Iterator[None]:
+        """Holds one of the user's socket slots for the block, or raises `TooManySockets`.
+
+        Entered before the upgrade, so a refusal is still an HTTP answer (429 + Retry-After).
+        """
+        held = self._sockets_by_user.get(user_id, 0)
+        if user_id != ANONYMOUS and held >= self.limits.sockets_per_user:
+            raise self._refuse(TooManySockets(), user_id, self.limits.sockets_per_user)
+        self._sockets_by_user[user_id] = held + 1
+        try:
+            yield
+        finally:
+            left = self._sockets_by_user.get(user_id, 0) - 1
+            if left > 0:
+                self._sockets_by_user[user_id] = left
+            else:
+                self._sockets_by_user.pop(user_id, None)
+
+    def admit_send(self, conn: Connection, user_id: str) -> SendVerdict:
+        """Counts one `send` frame on the socket; a refusal is counted and logged here."""
+        window = conn.sends
+        if window is None:
+            return SendVerdict.ADMIT
+        now = time.monotonic()
+        verdict = window.offer(now)
+        if verdict is not SendVerdict.ADMIT:
+            reason = "sends_per_minute" if verdict is SendVerdict.REFUSE else "send_flood"
+            self._refuse(LimitReached(reason=reason, retry_after_s=window.retry_after_s(now)), user_id, window.limit)
+        return verdict
+
+    def _refuse(self, error: LimitReached, user_id: str, limit: int) -> LimitReached:
+        """Counts and logs one refusal (the one log line it gets); returns the error to raise."""
+        self.metrics.rejections.labels(reason=error.reason).inc()
+        log.info("rejected", reason=error.reason, user_id=user_id, limit=limit, code=error.error_code,
+                 retry_after_s=error.retry_after_s)
+        return error

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from gateway import encoding
 from gateway.auth import AnonymousAuth
 from gateway.chat import RequestContext
-from gateway.errors import BadRequest, GatewayError, PayloadTooLarge
+from gateway.errors import BadRequest, GatewayError, LimitReached, PayloadTooLarge
 from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS
 from gateway.requests import ChatRequest
 from transports.base import Transport, deliver
@@ -110,7 +110,8 @@ async def chat_post(request: web.Request) -> web.StreamResponse:
                 run = await service.start(body, ctx, conn)
             except GatewayError as exc:
                 service.metrics.request_errors.labels(code=exc.error_code).inc()
-                log.info("request_refused", code=exc.error_code, status=exc.status, detail=exc.detail)
+                if not isinstance(exc, LimitReached):  # a cap's refusal was logged where it was decided
+                    log.info("request_refused", code=exc.error_code, status=exc.status, detail=exc.detail)
                 return error_response(exc)
             transport = SSETransport(request, ctx.major)
             await transport.open()

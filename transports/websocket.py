@@ -35,9 +35,9 @@ from gateway import encoding
 from gateway.approval import ApprovalRefused
 from gateway.auth import bearer_token, redact
 from gateway.chat import RequestContext
-from gateway.errors import GatewayError, OriginRefused, Unauthorized
+from gateway.errors import GatewayError, LimitReached, OriginRefused, Unauthorized
 from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS, SOCKETS
-from gateway.registry import ChatRun, Connection
+from gateway.registry import ChatRun, Connection, SendVerdict
 from gateway.requests import (
     LIVE_FRAME_TYPES,
     AbortFrame,
@@ -229,6 +229,13 @@ class SocketSession:
         return True
 
     async def _on_send(self, frame: SendFrame) -> None:
+        verdict = self.service.registry.admit_send(self.conn, self.user_id)
+        if verdict is not SendVerdict.ADMIT:
+            await self.send(encoding.ws_error(frame.requestId, "Too many messages on this socket; slow down.",
+                                              "rate_limited"))
+            if verdict is SendVerdict.CLOSE:
+                await self.ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"too many sends")
+            return
         if await self._refuse_duplicate(frame.requestId):
             return
         self.service.metrics.requests.labels(transport="ws").inc()
@@ -243,7 +250,8 @@ class SocketSession:
             return
         except GatewayError as exc:
             self.service.metrics.request_errors.labels(code=exc.error_code).inc()
-            log.info("request_refused", code=exc.error_code, detail=exc.detail, request_id=frame.requestId)
+            if not isinstance(exc, LimitReached):  # a cap's refusal was logged where it was decided
+                log.info("request_refused", code=exc.error_code, detail=exc.detail, request_id=frame.requestId)
             await self.send(encoding.ws_error(frame.requestId, exc.message, exc.error_code))
             return
         self.runs[frame.requestId] = run
@@ -357,8 +365,10 @@ class SocketSession:
         # A live session holds its chat like a run: one answerer per chat at a time.
         key = (ctx.user_id, frame.id)
         try:
-            run = await self.service.registry.claim(key, self.conn, StreamLog(key=key, max_bytes=1024))
+            run = await self.service.registry.claim(key, self.conn, StreamLog(key=key, max_bytes=1024), live=True)
         except GatewayError as exc:
+            # Over `--max-live-sessions` too: an `error` frame `overloaded` for this request, not a
+            # 1013 close, which would also end every other request on the socket.
             await self.send(encoding.ws_error(request_id, exc.message, exc.error_code))
             return
         run.detached = False  # a live session never outlives its socket
@@ -424,29 +434,32 @@ async def chat_socket(request: web.Request) -> web.StreamResponse:
         log.warning("origin_refused", origin=request.headers.get("Origin"), peer=request.remote)
         error = OriginRefused()
         return web.json_response(error.body(), status=error.status)
-    ws = web.WebSocketResponse(
-        heartbeat=settings.ws_heartbeat_s,
-        max_msg_size=settings.max_ws_frame_bytes,
-        compress=False,
-    )
-    await ws.prepare(request)
-    sockets = request.app[SOCKETS]
-    sockets.add(ws)
-    service.metrics.connections.labels(kind="ws").inc()
     user_id = caller_of(request)
-    with structlog.contextvars.bound_contextvars(socket_id=uuid.uuid4().hex[:12]):
-        log.info("socket_open", user_id=user_id, path=redact(request.path_qs), origin=request.headers.get("Origin"),
-                 peer=request.remote)
-        try:
-            async with service.registry.connection("ws") as conn:
-                session = SocketSession(ws, conn, service, settings, request, user_id=user_id)
-                expires_at = request[IDENTITY].expires_at if IDENTITY in request else None
-                if expires_at is not None:
-                    conn.spawn(_close_at_expiry(ws, expires_at), "token-expiry")
-                await session.serve()
-        finally:
-            sockets.discard(ws)
-            service.metrics.connections.labels(kind="ws").dec()
-            if not ws.closed:
-                await ws.close()
-    return ws
+    # Over the user's socket cap this raises before the upgrade: the error middleware answers
+    # 429 + Retry-After. The slot is held until the handler ends.
+    with service.registry.socket_slot(user_id):
+        ws = web.WebSocketResponse(
+            heartbeat=settings.ws_heartbeat_s,
+            max_msg_size=settings.max_ws_frame_bytes,
+            compress=False,
+        )
+        await ws.prepare(request)
+        sockets = request.app[SOCKETS]
+        sockets.add(ws)
+        service.metrics.connections.labels(kind="ws").inc()
+        with structlog.contextvars.bound_contextvars(socket_id=uuid.uuid4().hex[:12]):
+            log.info("socket_open", user_id=user_id, path=redact(request.path_qs),
+                     origin=request.headers.get("Origin"), peer=request.remote)
+            try:
+                async with service.registry.connection("ws") as conn:
+                    session = SocketSession(ws, conn, service, settings, request, user_id=user_id)
+                    expires_at = request[IDENTITY].expires_at if IDENTITY in request else None
+                    if expires_at is not None:
+                        conn.spawn(_close_at_expiry(ws, expires_at), "token-expiry")
+                    await session.serve()
+            finally:
+                sockets.discard(ws)
+                service.metrics.connections.labels(kind="ws").dec()
+                if not ws.closed:
+                    await ws.close()
+        return ws
