@@ -16,6 +16,7 @@ from gateway.chat import ChatService
 from gateway.config import Settings
 from gateway.errors import GatewayError, OriginRefused, ServiceUnavailable, Unauthorized, UnsupportedMediaType
 from gateway.keys import AUTH, DRAINING, HOST, IDENTITY, METRICS, REGISTRY, SERVICE, SETTINGS, SOCKETS
+from gateway.leases import leases_for
 from gateway.metrics import Metrics
 from gateway.registry import Limits, Registry
 from gateway.streams import MemoryStreamStore, StreamStore
@@ -50,7 +51,8 @@ async def _agent_context(app: web.Application) -> AsyncIterator[None]:
     host = app[HOST]
     registry = Registry(detach_on_disconnect=settings.detach_on_disconnect,
                         busy_grace_s=settings.busy_grace_ms / 1000,
-                        limits=Limits.from_settings(settings), metrics=app[METRICS])
+                        limits=Limits.from_settings(settings), metrics=app[METRICS],
+                        leases=leases_for(settings.session_store, settings.stream_store))
     streams = _stream_store(settings)
     streams.listen_for_stops(registry.stop_soon)
     app[REGISTRY] = registry
@@ -62,6 +64,7 @@ async def _agent_context(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await registry.aclose()
+        await registry.leases.aclose()
         await streams.aclose()
         await host.aclose()
         await app[AUTH].aclose()

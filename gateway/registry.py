@@ -11,6 +11,8 @@ How it works
   old run is stopping, and waits a short grace for a run whose client may just have left, before
   it is refused with `ChatBusy`.
 - Stopping a run cancels its task and waits for it: nothing of it (no tool) runs afterwards.
+- Across instances, a claim also takes the chat's lease (`gateway.leases`: Redis or PostgreSQL)
+  and the run gives it back when it ends; a chat leased elsewhere is busy like a local one.
 
 Caps (`Limits`, from the settings) are answered here, before anything streams:
 
@@ -53,6 +55,7 @@ import structlog
 from gateway.auth import ANONYMOUS
 from gateway.config import Settings
 from gateway.errors import ChatBusy, LimitReached, Overloaded, TooManyRuns, TooManySockets
+from gateway.leases import Lease, Leases, LocalLeases
 from gateway.metrics import Metrics
 from gateway.streams import ChatKey, StreamLog
 
@@ -61,6 +64,7 @@ __all__ = ["ChatRun", "Connection", "Limits", "Registry", "SendVerdict", "SendWi
 log = structlog.get_logger("gateway.registry")
 
 SEND_WINDOW_S: Final = 60.0
+LEASE_RETRY_S: Final = 0.05
 # A client that keeps sending into a full window, ignoring the `rate_limited` error frames, is
 # closed (1008) once its refused sends in the window reach this many times its limit: by then it
 # has sent three times its budget within one minute.
@@ -140,6 +144,7 @@ class ChatRun:
     task: asyncio.Task[None] | None = None
     stopping: bool = False
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    lease: Lease | None = None  # the chat's lease across instances, while the run lives
 
     @property
     def active(self) -> bool:
@@ -188,8 +193,11 @@ class Registry:
         busy_grace_s: float = 0.3,
         limits: Limits | None = None,
         metrics: Metrics | None = None,
+        leases: Leases | None = None,
     ) -> None:
         self.detach_on_disconnect = detach_on_disconnect
+        self.leases = leases or LocalLeases()
+        self._lease_releases: set[asyncio.Task[None]] = set()
         self.busy_grace_s = busy_grace_s
         self.limits = limits or Limits.from_settings(Settings())
         self.metrics = metrics or Metrics()
@@ -260,13 +268,31 @@ class Registry:
                     raise ChatBusy()
         if self.runs.get(key) not in (None, existing) and self.runs[key].active:
             raise ChatBusy()
-        # From here to the return: no await, so the caps are checked and the run held atomically.
+        # From here to the hold: no await, so the caps are checked and the run held atomically.
         self._check_caps(key[0], live=live)
         run = ChatRun(key=key, log=stream_log, owner=owner, detached=self.detach_on_disconnect)
         self.runs[key] = run
         owner.runs.add(run)
         self._hold(run, live=live)
+        try:
+            run.lease = await self._take_lease(run)
+        except BaseException:
+            self.release_unstarted(run)
+            raise
         return run
+
+    async def _take_lease(self, run: ChatRun) -> Lease:
+        """The chat's lease across instances (see gateway.leases); like a busy chat here, a chat
+        whose run lives on another instance gets the short grace before `ChatBusy`."""
+        deadline = asyncio.get_running_loop().time() + self.busy_grace_s
+        while True:
+            lease = await self.leases.acquire(run.key, on_lost=run.cancel)
+            if lease is not None:
+                return lease
+            if asyncio.get_running_loop().time() >= deadline:
+                log.info("chat_leased_elsewhere", chat_id=run.key[1])
+                raise ChatBusy(detail="the chat's run lives on another instance")
+            await asyncio.sleep(LEASE_RETRY_S)
 
     def _check_caps(self, user_id: str, *, live: bool) -> None:
         limits = self.limits
@@ -304,6 +330,10 @@ class Registry:
             try:
                 await body
             finally:
+                if run.lease is not None:
+                    # Before `done`: a client that posts its next request to another instance
+                    # the moment this answer ends should find the chat free.
+                    await asyncio.shield(run.lease.release())
                 run.done.set()
                 if self.runs.get(run.key) is run:
                     del self.runs[run.key]
@@ -315,6 +345,10 @@ class Registry:
 
     def release_unstarted(self, run: ChatRun) -> None:
         """Gives back a claim whose run never started (its preparation failed)."""
+        if run.lease is not None:
+            release = asyncio.get_running_loop().create_task(run.lease.release(), name="lease-release")
+            self._lease_releases.add(release)
+            release.add_done_callback(self._lease_releases.discard)
         run.done.set()
         if self.runs.get(run.key) is run:
             del self.runs[run.key]
@@ -342,8 +376,9 @@ class Registry:
             run.cancel()
 
     async def aclose(self) -> None:
-        """Stops every run (used at shutdown)."""
+        """Stops every run (used at shutdown); their leases are given back."""
         await asyncio.gather(*(run.stop() for run in list(self.runs.values())), return_exceptions=True)
+        await asyncio.gather(*list(self._lease_releases), return_exceptions=True)
 
     def counts(self) -> dict[str, int]:
         return {
