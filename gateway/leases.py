@@ -56,6 +56,11 @@ class Lease:
         self._keeper = keeper
         self.released = False
 
+    @property
+    def shared(self) -> bool:
+        """Held in a shared engine (so releasing it means I/O)."""
+        return self._release is not None or self._keeper is not None
+
     async def release(self) -> None:
         if self.released:
             return

@@ -330,22 +330,25 @@ class Registry:
             try:
                 await body
             finally:
-                if run.lease is not None:
-                    # Before `done`: a client that posts its next request to another instance
-                    # the moment this answer ends should find the chat free.
-                    await asyncio.shield(run.lease.release())
-                run.done.set()
-                if self.runs.get(run.key) is run:
-                    del self.runs[run.key]
-                if run.owner is not None:
-                    run.owner.runs.discard(run)
-                self._let_go(run)
+                try:
+                    if run.lease is not None and run.lease.shared:
+                        # Before `done`: a client that posts its next request to another instance
+                        # the moment this answer ends should find the chat free. Shielded: a second
+                        # cancellation (stop and disconnect at once) must not skip the release.
+                        await asyncio.shield(run.lease.release())
+                finally:
+                    run.done.set()
+                    if self.runs.get(run.key) is run:
+                        del self.runs[run.key]
+                    if run.owner is not None:
+                        run.owner.runs.discard(run)
+                    self._let_go(run)
 
         run.task = asyncio.get_running_loop().create_task(runner(), name=f"run:{run.key[1]}")
 
     def release_unstarted(self, run: ChatRun) -> None:
         """Gives back a claim whose run never started (its preparation failed)."""
-        if run.lease is not None:
+        if run.lease is not None and run.lease.shared:
             release = asyncio.get_running_loop().create_task(run.lease.release(), name="lease-release")
             self._lease_releases.add(release)
             release.add_done_callback(self._lease_releases.discard)
