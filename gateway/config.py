@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-__all__ = ["ENV_PREFIX", "Settings", "SettingsError", "is_loopback", "load_settings"]
+__all__ = ["ENV_PREFIX", "Settings", "SettingsError", "is_loopback", "load_settings", "settings_table"]
 
 ENV_PREFIX = "ADK_GATEWAY_"
 SECRET_SETTINGS = frozenset({"auth_jwt_secret", "metrics_token"})
@@ -230,6 +230,17 @@ class Settings(BaseModel):
         if self.model:
             return self.model
         return "gemini-2.5-flash" if env.get("GOOGLE_API_KEY") else "scripted"
+
+
+def settings_table() -> str:
+    """The README's settings table (a test keeps the README in step with it)."""
+    rows = ["| flag | environment variable | default | meaning |", "|---|---|---|---|"]
+    for name, info in Settings.model_fields.items():
+        default = info.default
+        shown = "(empty)" if default == "" else f"`{str(default).lower() if isinstance(default, bool) else default}`"
+        meaning = str(info.description).replace("|", "\\|")
+        rows.append(f"| `{_flag(name)}` | `{ENV_PREFIX}{name.upper()}` | {shown} | {meaning} |")
+    return "\n".join(rows)
 
 
 def _flag(name: str) -> str:

@@ -160,3 +160,14 @@ def test_main_exits_2_for_a_bad_environment_value() -> None:
     )
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "ADK_GATEWAY_PORT" in proc.stderr
+
+
+def test_readme_lists_every_setting() -> None:
+    """README's settings table is the one `settings_table()` renders (regenerate it from there)."""
+    from gateway.config import settings_table
+
+    readme = (ROOT / "README.md").read_text()
+    assert settings_table() in readme, (
+        "README.md's settings table is stale: replace it with the output of "
+        "`.venv/bin/python -c 'from gateway.config import settings_table; print(settings_table())'`"
+    )
