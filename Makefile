@@ -9,12 +9,16 @@ STAMP := $(VENV)/.installed
 NPM := npm
 APT_PACKAGES := chromium nginx-light redis-server postgresql
 
-.PHONY: run test test-fast lint typecheck bench web system-deps clean help
+.PHONY: run test test-fast lint typecheck bench soak web system-deps clean help
 
 help:
 	@echo "make run    - set up and start the gateway with the demo agent (scripted model) on 127.0.0.1:8080"
 	@echo "make test   - set up and run every test (unit, integration, end-to-end, browser, services)"
 	@echo "make bench  - run the benchmarks and print figures for BENCHMARKS.md"
+	@echo "make soak   - hold 2,000 SSE streams + 5,000 WebSockets on one gateway (SOAK_S=30 for a 30 s hold)"
+	@echo "make cluster-up     - PostgreSQL, Redis, two gateways and nginx on http://127.0.0.1:8088 (CLUSTER_PORT), in the background"
+	@echo "make cluster-status - what the cluster runs (ports, pids) and whether each piece answers"
+	@echo "make cluster-down   - stop every process of the cluster (its data stays in .state/cluster/)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,5 +78,24 @@ test: $(STAMP) web $(NODE_DEPS) system-deps
 bench: $(STAMP)
 	$(PY) -m tests.bench.run
 
+# SOAK_S (seconds of hold, default 300) reaches the script through the environment;
+# SOAK_ARGS passes flags, e.g. SOAK_ARGS="--sse 500 --ws 1000". Exits 1 when a bound is broken.
+SOAK_ARGS ?=
+soak: $(STAMP)
+	$(PY) -m tests.bench.soak $(SOAK_ARGS)
+
 clean:
 	rm -rf $(VENV) web/node_modules web/dist tests/e2e/node_modules tests/browser/node_modules .pytest_cache .mypy_cache .ruff_cache
+
+# A local cluster without Docker (deploy/README.md, "Local cluster"): the logic is in deploy/cluster.py.
+# CLUSTER_PORT (default 8088) and the other CLUSTER_* and ADK_GATEWAY_* settings go through the environment.
+# down and status need no virtualenv (standard library only), so they work after `make clean` too.
+.PHONY: cluster-up cluster-down cluster-status
+cluster-up: $(STAMP) web system-deps
+	@$(PY) deploy/cluster.py up
+
+cluster-down:
+	@$(PYTHON) deploy/cluster.py down
+
+cluster-status:
+	@$(PYTHON) deploy/cluster.py status

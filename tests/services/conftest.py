@@ -12,7 +12,8 @@ test`); a missing binary fails the test with that hint instead of skipping it.
 - Redis: `redis-server --port N --save '' --appendonly no` (no persistence).
 - nginx: `nginx -p <tmp> -c <tmp>/nginx.conf -e <tmp>/error.log` in the foreground
   (`daemon off`), with a generated main config that includes a rendered copy of
-  deploy/nginx/adk-gateway.conf (see `render_site_conf`).
+  deploy/nginx/adk-gateway.conf (`render_site_conf` of deploy/cluster.py, which `make cluster-up`
+  uses too).
 - Gateway: `.venv/bin/python -m gateway --port N ...` with the offline scripted model, started by
   tests/gateway_process.py.
 """
@@ -23,7 +24,6 @@ import contextlib
 import json
 import os
 import pwd
-import re
 import shutil
 import signal
 import socket
@@ -38,6 +38,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from deploy.cluster import render_site_conf
 from tests.gateway_process import GatewayProcess, free_port, start_gateway_process, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -159,32 +160,6 @@ def start_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable
 
 
 # --- nginx --------------------------------------------------------------------------------------
-
-
-def render_site_conf(text: str, *, listen_port: int, upstreams: list[int], read_timeout: str | None = None,
-                     access_log: Path | None = None) -> str:
-    """deploy/nginx/adk-gateway.conf for a test: our listen port and upstreams, optionally a
-    shorter `proxy_read_timeout`, and the access log moved to `access_log` (nothing is written
-    outside the test's folder). Fails if the file no longer has the lines it rewrites."""
-    if access_log is not None:
-        text, logs = re.subn(r"(?m)^(\s*)access_log\s+\S+", rf"\1access_log {access_log}", text)
-        assert logs >= 1, "deploy/nginx/adk-gateway.conf has no access_log line"
-    text, listens = re.subn(r"(?m)^(\s*)listen\s+[^;]+;", rf"\1listen 127.0.0.1:{listen_port};", text)
-    servers = "".join(f"    server 127.0.0.1:{port};\n" for port in upstreams)
-
-    def upstream(match: re.Match[str]) -> str:
-        body = re.sub(r"(?m)^\s*server\s+[^;]+;[^\n]*\n", "", match.group(2))
-        return match.group(1) + servers + body + match.group(3)
-
-    text, blocks = re.subn(r"(upstream\s+adk_gateway\s*\{\n)(.*?)(\n\})", upstream, text, flags=re.S)
-    timeouts = 1
-    if read_timeout is not None:
-        text, timeouts = re.subn(r"proxy_read_timeout\s+[^;]+;", f"proxy_read_timeout {read_timeout};", text)
-    assert listens >= 1 and blocks == 1 and timeouts >= 1, (
-        "deploy/nginx/adk-gateway.conf changed shape: the test needs a `listen` line, an "
-        "`upstream adk_gateway { server ...; }` block and `proxy_read_timeout` lines"
-    )
-    return text
 
 
 @dataclass
