@@ -4,10 +4,24 @@
 (user, chat id): one ADK session per chat. Everything the gateway keeps about a chat (pending
 approvals, standing permissions) lives in that session's state, so it shares the store's
 durability: in memory it dies with the process, in SQLite or PostgreSQL it survives restarts.
+
+Bounds (`AgentHost.configure`, from the settings):
+
+- Every session-store call, the runner's own included, goes through `GuardedSessionService` and
+  fails with `StoreUnavailable` past `store_timeout_s`.
+- `memory://` is a `MemorySessionService`: chats idle longer than the TTL and the least recently
+  used past a cap are dropped (never one with a run in progress).
+- Each model call of a run is bounded by `model_timeout_s` (`AgentHost.run` raises
+  `ModelTimedOut`), each server tool call by `tool_timeout_s`, and a stop waits at most
+  `cancel_timeout_s` for a tool that ignores its cancellation (`agents.tools.BoundsPlugin`).
+- A posted history is converted to ADK events in slices of a few milliseconds, giving the event
+  loop back between them, and appended in bulk to the in-memory store: importing is linear and
+  never holds the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import importlib
@@ -15,11 +29,13 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import AsyncGenerator, Sequence
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, TypeVar
 
+import structlog
 from google.adk.agents import BaseAgent, LlmAgent
 from google.adk.agents.live_request_queue import LiveRequestQueue
 from google.adk.agents.run_config import RunConfig, StreamingMode  # type: ignore[attr-defined]
@@ -27,15 +43,34 @@ from google.adk.apps import App
 from google.adk.events import Event, EventActions
 from google.adk.runners import Runner
 from google.adk.sessions import BaseSessionService, InMemorySessionService, Session
-from google.adk.sessions.base_session_service import GetSessionConfig
+from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
 from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
-from agents.tools import PermissionPlugin, tool_kind
+from agents.tools import Bounds, BoundsPlugin, PermissionPlugin, tool_kind
 from gateway.converter import ToolKind
+from gateway.errors import ModelTimedOut, StoreUnavailable
+from gateway.metrics import Metrics
 from gateway.requests import ToolPart, UIMessage
 
-__all__ = ["AgentHost", "AgentLoadError", "load_agent", "session_service_from_uri", "ui_message_content"]
+__all__ = [
+    "AgentHost",
+    "AgentLoadError",
+    "GuardedSessionService",
+    "MemorySessionService",
+    "history_events",
+    "load_agent",
+    "session_service_from_uri",
+    "ui_message_content",
+]
+
+log = structlog.get_logger("agents.adk")
+
+T = TypeVar("T")
+ChatKey = tuple[str, str]
+
+# Longest stretch of history conversion on the event loop before it is given back (seconds).
+SLICE_S: Final = 0.004
 
 
 class AgentLoadError(ValueError):
@@ -97,9 +132,11 @@ def load_agent(spec: str, model: str) -> BaseAgent | App:
     raise AgentLoadError(f"{spec!r} is neither 'demo', a module:attribute, nor a folder")
 
 
-def session_service_from_uri(uri: str) -> BaseSessionService:
+def session_service_from_uri(
+    uri: str, *, memory_ttl_s: float = 0.0, memory_max_chats: int = 10_000
+) -> BaseSessionService:
     if uri.startswith("memory://"):
-        return InMemorySessionService()
+        return MemorySessionService(ttl_s=memory_ttl_s, max_chats=memory_max_chats)
     if uri.startswith(("sqlite://", "sqlite+aiosqlite://")):
         from google.adk.sessions.sqlite_session_service import SqliteSessionService
 
@@ -114,6 +151,165 @@ def session_service_from_uri(uri: str) -> BaseSessionService:
         url = uri.replace("postgresql://", "postgresql+asyncpg://", 1)
         return DatabaseSessionService(url)
     raise AgentLoadError(f"unsupported session store {uri!r}")
+
+
+# --- session stores -----------------------------------------------------------------------------
+
+
+class MemorySessionService(InMemorySessionService):
+    """ADK's in-memory store, bounded: a chat idle longer than `ttl_s` (0: never) is dropped, and
+    past `max_chats` the least recently used goes first.
+
+    How it works: every store call on a chat (create, get, append) moves its key to the end of an
+    ordered dict, so the dict runs from least to most recently used. Each call first drops, from
+    the front, chats idle past the TTL and then any above the cap; both stop at the first chat
+    that stays, so the cost is the number dropped. A chat for which `busy(user, chat)` holds (a run
+    in progress) is never dropped; it counts as just used. Idle chats therefore go at the next
+    store call, not on a timer: with no calls, nothing grows either.
+    """
+
+    def __init__(self, *, ttl_s: float = 0.0, max_chats: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.ttl_s = ttl_s
+        self.max_chats = max_chats
+        self.clock = clock
+        self.busy: Callable[[str, str], bool] = lambda _user, _chat: False
+        self.evicted: Callable[[str], None] = lambda _reason: None  # "idle" or "lru"
+        self._used: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+
+    def touch(self, app_name: str, user_id: str, session_id: str) -> None:
+        """Marks a chat as just used."""
+        key = (app_name, user_id, session_id)
+        self._used[key] = self.clock()
+        self._used.move_to_end(key)
+
+    def _evict(self) -> None:
+        now = self.clock()
+        # Each pass either drops the front chat or moves a busy one to the back, so it visits
+        # every chat at most once, and stops at the first that is neither idle nor over the cap.
+        for _ in range(len(self._used)):
+            key, used = next(iter(self._used.items()))
+            idle = self.ttl_s > 0 and now - used > self.ttl_s
+            if not idle and len(self._used) <= self.max_chats:
+                return
+            app_name, user_id, session_id = key
+            if self.busy(user_id, session_id):
+                self._used[key] = now
+                self._used.move_to_end(key)
+                continue
+            reason = "idle" if idle else "lru"
+            del self._used[key]
+            self._delete_session_impl(app_name=app_name, user_id=user_id, session_id=session_id)
+            users = self.sessions.get(app_name, {})
+            if user_id in users and not users[user_id]:
+                del users[user_id]
+            log.info("memory_chat_evicted", reason=reason, chat_id=session_id)
+            self.evicted(reason)
+
+    async def create_session(
+        self, *, app_name: str, user_id: str, state: dict[str, Any] | None = None, session_id: str | None = None
+    ) -> Session:
+        self._evict()
+        session = await super().create_session(app_name=app_name, user_id=user_id, state=state, session_id=session_id)
+        self.touch(app_name, user_id, session.id)
+        self._evict()
+        return session
+
+    async def get_session(
+        self, *, app_name: str, user_id: str, session_id: str, config: GetSessionConfig | None = None
+    ) -> Session | None:
+        self._evict()
+        session = await super().get_session(app_name=app_name, user_id=user_id, session_id=session_id, config=config)
+        if session is not None:
+            self.touch(app_name, user_id, session_id)
+        return session
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        self._used.pop((app_name, user_id, session_id), None)
+        await super().delete_session(app_name=app_name, user_id=user_id, session_id=session_id)
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        appended = await super().append_event(session, event)
+        if (session.app_name, session.user_id, session.id) in self._used:
+            self.touch(session.app_name, session.user_id, session.id)
+        return appended
+
+
+def append_history_in_memory(service: InMemorySessionService, session: Session, events: Sequence[Event]) -> None:
+    """Appends fresh events without state deltas to an in-memory session in one step.
+
+    ADK's `InMemorySessionService.append_event` compares each new event with every stored one (its
+    duplicate check), so appending a history one event at a time is quadratic: 2,001 messages took
+    2.3 s. Imported events are new (fresh ids) and carry no state, so appending them is all the
+    per-event path would do.
+    """
+    if not events:
+        return
+    try:
+        stored = service.sessions[session.app_name][session.user_id][session.id]
+    except KeyError:
+        raise ValueError(f"session {session.id} not found") from None
+    stored.events.extend(events)
+    stored.last_update_time = events[-1].timestamp
+    if session is not stored:
+        session.events.extend(events)
+        session.last_update_time = events[-1].timestamp
+    if isinstance(service, MemorySessionService):
+        service.touch(session.app_name, session.user_id, session.id)
+
+
+class GuardedSessionService(BaseSessionService):
+    """Any session store, with every call bounded by `timeout_s` (0: unbounded).
+
+    A store that does not answer in time fails the call with `StoreUnavailable`: before a response
+    streams that is a 503, inside a run an `error` chunk. The runner uses this service too, so its
+    own reads and writes are bounded the same way.
+    """
+
+    def __init__(self, inner: BaseSessionService, *, timeout_s: float = 0.0) -> None:
+        self.inner = inner
+        self.timeout_s = timeout_s
+        self.timed_out: Callable[[str], None] = lambda _operation: None
+
+    async def _bounded(self, operation: str, call: Awaitable[T]) -> T:
+        if not self.timeout_s:
+            return await call
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await call
+        except TimeoutError:
+            log.warning("store_timeout", operation=operation, timeout_s=self.timeout_s)
+            self.timed_out(operation)
+            raise StoreUnavailable(detail=f"{operation} took longer than {self.timeout_s:g} s") from None
+
+    async def create_session(
+        self, *, app_name: str, user_id: str, state: dict[str, Any] | None = None, session_id: str | None = None
+    ) -> Session:
+        return await self._bounded("create_session", self.inner.create_session(
+            app_name=app_name, user_id=user_id, state=state, session_id=session_id))
+
+    async def get_session(
+        self, *, app_name: str, user_id: str, session_id: str, config: GetSessionConfig | None = None
+    ) -> Session | None:
+        return await self._bounded("get_session", self.inner.get_session(
+            app_name=app_name, user_id=user_id, session_id=session_id, config=config))
+
+    async def list_sessions(self, *, app_name: str, user_id: str | None = None) -> ListSessionsResponse:
+        return await self._bounded("list_sessions", self.inner.list_sessions(app_name=app_name, user_id=user_id))
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        await self._bounded("delete_session", self.inner.delete_session(
+            app_name=app_name, user_id=user_id, session_id=session_id))
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        return await self._bounded("get_user_state", self.inner.get_user_state(app_name=app_name, user_id=user_id))
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        return await self._bounded("append_event", self.inner.append_event(session, event))
+
+    async def flush(self) -> None:
+        await self._bounded("flush", self.inner.flush())
 
 
 # --- UI messages -> ADK content ------------------------------------------------------------------
@@ -156,6 +352,64 @@ def _tool_response(part: ToolPart) -> dict[str, Any] | None:
     return None
 
 
+def history_events(agent_name: str, messages: Sequence[UIMessage], *, now: float | None = None) -> list[Event]:
+    """Prior UI messages as the ADK events a session would hold for them (pure)."""
+    events = [event for message in messages for event in message_events(agent_name, message)]
+    stamp_history(events, now)
+    return events
+
+
+def stamp_history(events: list[Event], now: float | None = None) -> None:
+    """Timestamps that rise by a microsecond per event and end at `now`: every store keeps the
+    history's order, and later events sort after it."""
+    end = time.time() if now is None else now
+    for index, event in enumerate(events):
+        event.timestamp = end - (len(events) - index) * 1e-6
+
+
+def message_events(agent_name: str, message: UIMessage) -> list[Event]:
+    """One prior UI message as ADK events: a user's content; an assistant's tool calls, the results
+    it got (ADK sends them as role "user"), then its text."""
+    invocation_id = f"import-{uuid.uuid4().hex[:12]}"
+    if message.role == "user":
+        return [Event(invocation_id=invocation_id, author="user", content=ui_message_content(message))]
+    if message.role != "assistant":
+        return []
+    text_parts = [
+        types.Part(text=str(p.get("text"))) for p in message.parts if p.get("type") == "text" and p.get("text")
+    ]
+    calls, responses = [], []
+    for tool in message.tool_parts():
+        args = tool.input if isinstance(tool.input, dict) else {}
+        calls.append(types.Part(function_call=types.FunctionCall(id=tool.toolCallId, name=tool.tool_name, args=args)))
+        response = _tool_response(tool)
+        if response is not None:
+            result = types.FunctionResponse(
+                id=tool.toolCallId, name=tool.tool_name, response=json.loads(json.dumps(response, default=str))
+            )
+            responses.append(types.Part(function_response=result))
+    return [
+        Event(invocation_id=invocation_id, author=agent_name, content=types.Content(role=role, parts=parts))
+        for role, parts in (("model", calls), ("user", responses), ("model", text_parts))
+        if parts
+    ]
+
+
+class _ModelClock:
+    """The deadline of the model call in progress of one run (see `agents.tools.BoundsPlugin`)."""
+
+    def __init__(self, timeout_s: float, scope: asyncio.Timeout) -> None:
+        self.timeout_s = timeout_s
+        self.scope = scope
+
+    def call_started(self) -> None:
+        self.scope.reschedule(asyncio.get_running_loop().time() + self.timeout_s)
+
+    def call_ended(self) -> None:
+        if not self.scope.expired():
+            self.scope.reschedule(None)
+
+
 # --- the host ------------------------------------------------------------------------------------
 
 
@@ -164,19 +418,26 @@ class AgentHost:
 
     def __init__(self, agent: BaseAgent | App, session_service: BaseSessionService, *, max_llm_calls: int) -> None:
         plugin = PermissionPlugin()
+        self.bounds = Bounds()
+        bounds_plugin = BoundsPlugin(self.bounds)
+        # The store as configured, and the same store with every call bounded (what everyone uses).
+        self.store = session_service
+        self.session_service: GuardedSessionService = GuardedSessionService(session_service)
         if isinstance(agent, App):
-            app = agent.model_copy(update={"plugins": [*agent.plugins, plugin]})
+            app = agent.model_copy(update={"plugins": [bounds_plugin, *agent.plugins, plugin]})
             if not isinstance(app.root_agent, BaseAgent):
                 raise AgentLoadError("the App's root_agent must be an ADK agent")
             self.root_agent: BaseAgent = app.root_agent
             self.app_name = app.name
-            self.runner = Runner(app=app, session_service=session_service)
+            self.runner = Runner(app=app, session_service=self.session_service)
         else:
             self.root_agent = agent
             self.app_name = agent.name
-            self.runner = Runner(app_name=agent.name, agent=agent, session_service=session_service, plugins=[plugin])
-        self.session_service = session_service
+            self.runner = Runner(app_name=agent.name, agent=agent, session_service=self.session_service,
+                                 plugins=[bounds_plugin, plugin])
         self.max_llm_calls = max_llm_calls
+        self.model_timeout_s = 0.0
+        self.metrics = Metrics()
         self._tools: dict[str, BaseTool] = {}
         self._collect_tools(self.root_agent)
 
@@ -191,8 +452,38 @@ class AgentHost:
     def tool_kind(self, name: str) -> ToolKind:
         return tool_kind(self._tools.get(name))
 
+    def configure(
+        self,
+        *,
+        model_timeout_s: float = 0.0,
+        tool_timeout_s: float = 0.0,
+        store_timeout_s: float = 0.0,
+        cancel_timeout_s: float = 5.0,
+        metrics: Metrics | None = None,
+        busy: Callable[[str, str], bool] | None = None,
+    ) -> None:
+        """Applies the settings' bounds (0: no limit); `busy(user, chat)` says a chat has a run in
+        progress, which the in-memory store never evicts."""
+        self.metrics = metrics or self.metrics
+        timeouts = self.metrics.timeouts
+        self.model_timeout_s = model_timeout_s
+        self.bounds.tool_timeout_s = tool_timeout_s
+        self.bounds.cancel_timeout_s = cancel_timeout_s
+        self.bounds.fired = lambda kind: timeouts.labels(kind=kind).inc()
+        self.session_service.timeout_s = store_timeout_s
+        self.session_service.timed_out = lambda _operation: timeouts.labels(kind="store").inc()
+        if isinstance(self.store, MemorySessionService):
+            evictions = self.metrics.memory_evictions
+            self.store.evicted = lambda reason: evictions.labels(reason=reason).inc()
+            if busy is not None:
+                self.store.busy = busy
+
     async def aclose(self) -> None:
         await self.runner.close()
+        for call in list(self.bounds.abandoned):
+            call.cancel()
+        if self.bounds.abandoned:
+            await asyncio.wait(list(self.bounds.abandoned), timeout=self.bounds.cancel_timeout_s)
 
     # --- sessions ------------------------------------------------------------------------------
 
@@ -228,46 +519,26 @@ class AgentHost:
         await self.session_service.append_event(session, event)
 
     async def import_history(self, session: Session, messages: Sequence[UIMessage]) -> None:
-        """Appends prior UI messages to a fresh session, so the model sees the conversation."""
-        agent_name = self.root_agent.name
-        for message in messages:
-            invocation_id = f"import-{uuid.uuid4().hex[:12]}"
-            if message.role == "user":
-                await self._append(
-                    session, Event(invocation_id=invocation_id, author="user", content=ui_message_content(message))
-                )
-                continue
-            if message.role != "assistant":
-                continue
-            text_parts = [
-                types.Part(text=str(p.get("text"))) for p in message.parts if p.get("type") == "text" and p.get("text")
-            ]
-            calls, responses = [], []
-            for tool in message.tool_parts():
-                args = tool.input if isinstance(tool.input, dict) else {}
-                calls.append(
-                    types.Part(function_call=types.FunctionCall(id=tool.toolCallId, name=tool.tool_name, args=args))
-                )
-                response = _tool_response(tool)
-                if response is not None:
-                    responses.append(
-                        types.Part(
-                            function_response=types.FunctionResponse(
-                                id=tool.toolCallId,
-                                name=tool.tool_name,
-                                response=json.loads(json.dumps(response, default=str)),
-                            )
-                        )
-                    )
-            # The model's calls, the responses it got (ADK sends them as role "user"), then its text.
-            for role, parts in (("model", calls), ("user", responses), ("model", text_parts)):
-                if parts:
-                    content = types.Content(role=role, parts=parts)
-                    await self._append(session, Event(invocation_id=invocation_id, author=agent_name, content=content))
+        """Appends prior UI messages to a fresh session, so the model sees the conversation.
 
-    async def _append(self, session: Session, event: Event) -> None:
-        event.timestamp = time.time()
-        await self.session_service.append_event(session, event)
+        Linear in the history, and never holding the event loop: conversion gives the loop back
+        every `SLICE_S`; the in-memory store takes the events in one step, other stores one event
+        per awaited write.
+        """
+        agent_name = self.root_agent.name
+        events: list[Event] = []
+        started = time.perf_counter()
+        for message in messages:
+            events += message_events(agent_name, message)
+            if time.perf_counter() - started > SLICE_S:
+                await asyncio.sleep(0)
+                started = time.perf_counter()
+        stamp_history(events)
+        if isinstance(self.store, InMemorySessionService):
+            append_history_in_memory(self.store, session, events)
+            return
+        for event in events:
+            await self.session_service.append_event(session, event)
 
     # --- runs ----------------------------------------------------------------------------------
 
@@ -282,7 +553,11 @@ class AgentHost:
         *,
         state_delta: dict[str, Any] | None = None,
     ) -> AsyncGenerator[Event, None]:
-        """One ADK invocation; the generator is always closed, also when the caller is cancelled."""
+        """One ADK invocation; the generator is always closed, also when the caller is cancelled.
+
+        Raises:
+            ModelTimedOut: a model call took longer than `model_timeout_s`.
+        """
         stream = self.runner.run_async(
             user_id=user_id,
             session_id=chat_id,
@@ -290,9 +565,27 @@ class AgentHost:
             state_delta=state_delta,
             run_config=self.run_config(),
         )
-        async with aclosing(stream) as events:
-            async for event in events:
-                yield event
+        key: ChatKey = (user_id, chat_id)
+        clock: _ModelClock | None = None
+        try:
+            # The deadline cancels this task where it waits for the model; the caller awaits
+            # nothing between events, so that is always inside this block.
+            async with asyncio.timeout(None) as scope:
+                if self.model_timeout_s:
+                    clock = _ModelClock(self.model_timeout_s, scope)
+                    self.bounds.clocks[key] = clock
+                async with aclosing(stream) as events:
+                    async for event in events:
+                        yield event
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            log.warning("model_timeout", chat_id=chat_id, timeout_s=self.model_timeout_s)
+            self.metrics.timeouts.labels(kind="model").inc()
+            raise ModelTimedOut(f"The model did not answer within {self.model_timeout_s:g} s.") from None
+        finally:
+            if clock is not None and self.bounds.clocks.get(key) is clock:
+                del self.bounds.clocks[key]
 
     def run_live(
         self, user_id: str, chat_id: str, queue: LiveRequestQueue, run_config: RunConfig

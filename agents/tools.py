@@ -13,14 +13,21 @@
   (`attach_live` / `detach_live`); for calls of that invocation the plugin itself holds a tool that
   needs approval until the gate has the user's answer, and answers a browser tool with the output
   the browser sent, so ADK hands the model a real result.
+- `BoundsPlugin` bounds how long model and tool calls may take (see its docstring). It is the
+  first plugin of the runner, so its callbacks always run: ADK stops at the first plugin callback
+  that returns a value, and this one returns a value only for the errors it caused itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+import structlog
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins import BasePlugin
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.function_tool import FunctionTool
@@ -32,15 +39,22 @@ from gateway.converter import ToolKind
 
 __all__ = [
     "APPROVALS_STATE_KEY",
+    "BOUNDS_PLUGIN_NAME",
     "PLUGIN_NAME",
+    "Bounds",
+    "BoundsPlugin",
     "BrowserTool",
     "LiveApproval",
     "LiveToolGate",
     "PermissionPlugin",
+    "ToolTimedOut",
     "tool_kind",
 ]
 
+log = structlog.get_logger("agents.tools")
+
 PLUGIN_NAME: Final = "gateway_permissions"
+BOUNDS_PLUGIN_NAME: Final = "gateway_bounds"
 
 # Session-state key of the chat's `ApprovalBook` (see gateway.approval).
 APPROVALS_STATE_KEY: Final = "gateway:approvals"
@@ -164,3 +178,162 @@ def _remember(tool_context: Any, tool_name: str, decision: Decision) -> None:
     book = ApprovalBook.from_state(tool_context.state.get(APPROVALS_STATE_KEY))
     book.permissions[tool_name] = permission
     tool_context.state[APPROVALS_STATE_KEY] = book.to_state()
+
+
+# --- bounds on model and tool calls ----------------------------------------------------------------
+
+
+class ToolTimedOut(Exception):
+    """A tool ran longer than `--tool-timeout-s`; `BoundsPlugin` turns it into the call's error result."""
+
+    def __init__(self, tool_name: str, timeout_s: float) -> None:
+        super().__init__(f"tool {tool_name!r} ran longer than {timeout_s:g} s")
+        self.tool_name = tool_name
+        self.timeout_s = timeout_s
+
+
+class ModelClock(Protocol):
+    """One run's bound on its model calls (kept by `agents.adk.AgentHost`)."""
+
+    def call_started(self) -> None: ...
+
+    def call_ended(self) -> None: ...
+
+
+@dataclass(slots=True)
+class Bounds:
+    """The limits `BoundsPlugin` applies; the host fills them in from the settings."""
+
+    tool_timeout_s: float = 0.0  # 0: no limit
+    cancel_timeout_s: float = 5.0
+    # The model clock of each running `run_async` invocation, by (user id, chat id).
+    clocks: dict[tuple[str, str], ModelClock] = field(default_factory=dict)
+    # Called with "tool" or "cancel" when that bound fires (a Prometheus counter).
+    fired: Callable[[str], None] = lambda _kind: None
+    # Tools that ignored their cancellation past `cancel_timeout_s`: still running, no longer awaited.
+    abandoned: set[asyncio.Task[Any]] = field(default_factory=set)
+
+
+class BoundsPlugin(BasePlugin):
+    """Bounds each model call and each server tool call.
+
+    - Model calls: ADK has no hook around a model call, only callbacks before it and after each
+      response. The plugin reports both to the run's `ModelClock` (found by user and chat: one run
+      per chat), which arms and disarms a deadline on the task iterating the run. At the deadline
+      the run is cancelled where it waits and ends with an `error` chunk (`AgentHost.run`).
+    - Tool calls: the tool's `run_async` is wrapped, once, the first time the tool is called, so
+      the tool runs in a task of its own. Past `tool_timeout_s` that task is cancelled and the call
+      fails with `ToolTimedOut`, which `on_tool_error_callback` turns into the call's error result:
+      the model hears the failure and the run goes on. When the run itself is cancelled (a stop),
+      the wrapper waits at most `cancel_timeout_s` for the tool to end, then leaves a tool that
+      ignores its cancellation behind (logged, counted, kept referenced until it ends), so a stop
+      never waits on it. Browser tools are not wrapped: their server side returns at once.
+    """
+
+    def __init__(self, bounds: Bounds) -> None:
+        super().__init__(name=BOUNDS_PLUGIN_NAME)
+        self.bounds = bounds
+
+    def _clock(self, callback_context: Any) -> ModelClock | None:
+        if not self.bounds.clocks:
+            return None
+        try:
+            key = (callback_context.user_id, callback_context.session.id)
+        except (AttributeError, ValueError):
+            return None
+        return self.bounds.clocks.get(key)
+
+    async def before_model_callback(self, *, callback_context: Any, llm_request: LlmRequest) -> LlmResponse | None:
+        clock = self._clock(callback_context)
+        if clock is not None:
+            clock.call_started()
+        return None
+
+    async def after_model_callback(self, *, callback_context: Any, llm_response: LlmResponse) -> LlmResponse | None:
+        clock = self._clock(callback_context)
+        if clock is not None and not llm_response.partial:
+            clock.call_ended()
+        return None
+
+    async def on_model_error_callback(
+        self, *, callback_context: Any, llm_request: LlmRequest, error: Exception
+    ) -> LlmResponse | None:
+        clock = self._clock(callback_context)
+        if clock is not None:
+            clock.call_ended()
+        return None
+
+    async def before_tool_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: Any
+    ) -> dict[str, Any] | None:
+        # Tools run after the model call that asked for them: its clock is off in any case.
+        clock = self._clock(tool_context)
+        if clock is not None:
+            clock.call_ended()
+        if not isinstance(tool, BrowserTool):
+            _bound_tool(tool, self.bounds)
+        return None
+
+    async def on_tool_error_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: Any, error: Exception
+    ) -> dict[str, Any] | None:
+        if not isinstance(error, ToolTimedOut):
+            return None
+        log.warning("tool_timeout", tool=tool.name, timeout_s=error.timeout_s)
+        self.bounds.fired("tool")
+        return {"error": f"The tool {tool.name} did not finish within {error.timeout_s:g} s."}
+
+
+# The attribute of a wrapped tool that holds the `Bounds` of the host that called it last (an
+# agent object may be shared by several hosts, e.g. in tests).
+_BOUNDS_ATTR: Final = "_gateway_bounds"
+
+
+def _bound_tool(tool: BaseTool, bounds: Bounds) -> None:
+    """Wraps `tool.run_async` (see `BoundsPlugin`); a tool that takes no attributes runs unbounded."""
+    wrapped = hasattr(tool, _BOUNDS_ATTR)
+    try:
+        setattr(tool, _BOUNDS_ATTR, bounds)
+    except (AttributeError, TypeError):
+        log.warning("tool_not_bounded", tool=tool.name)
+        return
+    if wrapped:
+        return
+    original = tool.run_async
+
+    async def run_async(*, args: dict[str, Any], tool_context: Any) -> Any:
+        current: Bounds = getattr(tool, _BOUNDS_ATTR)
+        call = asyncio.get_running_loop().create_task(
+            original(args=args, tool_context=tool_context), name=f"tool:{tool.name}"
+        )
+        try:
+            done, _ = await asyncio.wait({call}, timeout=current.tool_timeout_s or None)
+        except asyncio.CancelledError:
+            await _end_call(call, tool.name, current)
+            raise
+        if call in done:
+            return call.result()
+        await _end_call(call, tool.name, current)
+        raise ToolTimedOut(tool.name, current.tool_timeout_s)
+
+    tool.run_async = run_async  # type: ignore[method-assign]
+
+
+async def _end_call(call: asyncio.Task[Any], tool_name: str, bounds: Bounds) -> None:
+    """Cancels a tool call and waits at most `cancel_timeout_s` for it to end."""
+    bounds.abandoned.add(call)
+    call.add_done_callback(_forget(bounds.abandoned, tool_name))
+    call.cancel()
+    done, _ = await asyncio.wait({call}, timeout=bounds.cancel_timeout_s)
+    if not done:
+        log.warning("tool_ignored_cancellation", tool=tool_name, waited_s=bounds.cancel_timeout_s)
+        bounds.fired("cancel")
+
+
+def _forget(abandoned: set[asyncio.Task[Any]], tool_name: str) -> Callable[[asyncio.Task[Any]], None]:
+    def done(call: asyncio.Task[Any]) -> None:
+        abandoned.discard(call)
+        if not call.cancelled() and call.exception() is not None:
+            log.info("abandoned_tool_failed", tool=tool_name, error=repr(call.exception()))
+
+    return done

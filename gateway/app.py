@@ -46,13 +46,17 @@ async def _agent_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     if HOST not in app:
         agent = load_agent(settings.agent, settings.effective_model())
-        app[HOST] = AgentHost(agent, session_service_from_uri(settings.session_store),
-                              max_llm_calls=settings.max_llm_calls)
+        store = session_service_from_uri(settings.session_store, memory_ttl_s=settings.memory_ttl_s,
+                                         memory_max_chats=settings.memory_max_chats)
+        app[HOST] = AgentHost(agent, store, max_llm_calls=settings.max_llm_calls)
     host = app[HOST]
     registry = Registry(detach_on_disconnect=settings.detach_on_disconnect,
                         busy_grace_s=settings.busy_grace_ms / 1000,
                         limits=Limits.from_settings(settings), metrics=app[METRICS],
                         leases=leases_for(settings.session_store, settings.stream_store))
+    host.configure(model_timeout_s=settings.model_timeout_s, tool_timeout_s=settings.tool_timeout_s,
+                   store_timeout_s=settings.store_timeout_s, cancel_timeout_s=settings.cancel_timeout_s,
+                   metrics=app[METRICS], busy=lambda user, chat: registry.active_run((user, chat)) is not None)
     streams = _stream_store(settings)
     streams.listen_for_stops(registry.stop_soon)
     app[REGISTRY] = registry
@@ -128,6 +132,13 @@ async def _errors(
             return web.json_response({"error": {"code": exc.reason.lower().replace(" ", "_"), "message": exc.reason}},
                                      status=exc.status)
         raise
+    except Exception as exc:
+        # Anything unexpected: the client gets the one-line JSON error shape, the log the detail.
+        if not request.path.startswith("/api/"):
+            raise
+        log.exception("request_failed", path=redact(request.path), error=repr(exc))
+        error = GatewayError()
+        return web.json_response(error.body(), status=error.status)
 
 
 WS_PATH = "/api/chat/ws"

@@ -17,7 +17,8 @@ or replayed approval, a continuation with nothing new) is refused with a status 
 
 The run itself is a task owned by the registry that converts ADK events to chunks and appends
 them to the chat's stream log; transports follow that log. The book is saved to the session
-before the final `finish` chunk, so a client that answers an approval at once finds it stored.
+before the final chunk — `finish`, and also `error` and `abort` when the run fails or is stopped —
+so a client that answers an approval it received finds it stored.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from gateway.approval import (
     interrupt_result,
 )
 from gateway.converter import BrowserCall, NeedsApproval, ResponseConverter, message_replay_chunks
-from gateway.errors import ApprovalInvalid, BadRequest, ContinuationRefused
+from gateway.errors import ApprovalInvalid, BadRequest, ContinuationRefused, GatewayError, ModelTimedOut
 from gateway.metrics import Metrics
 from gateway.registry import ChatRun, Connection, Registry
 from gateway.requests import ChatRequest, ToolPart, UIMessage
@@ -346,13 +347,22 @@ class ChatService:
                 emit(chunk.to_wire())
         except asyncio.CancelledError:
             outcome = "stopped"
+            await self._save_while_stopping(ctx.user_id, chat_id, book, turn)
             emit(c.Abort(reason="stopped").to_wire())
             raise
         except Exception as exc:
-            outcome = "error"
-            log.exception("run_failed", chat_id=chat_id, error=repr(exc))
+            # A bound that fired (model or store timeout) says so; anything else is a bug or an
+            # agent failure, logged with its traceback and told to the client in general terms.
+            known = _gateway_error(exc)
+            if known is None:
+                outcome, text = "error", "The agent failed while answering."
+                log.exception("run_failed", chat_id=chat_id, error=repr(exc))
+            else:
+                outcome = "timeout" if isinstance(known, ModelTimedOut) else known.error_code
+                text = known.message
+                log.warning("run_failed", chat_id=chat_id, code=known.error_code, detail=known.detail)
             await self._save_quietly(ctx.user_id, chat_id, book, turn)
-            for chunk in converter.error("The agent failed while answering."):
+            for chunk in converter.error(text):
                 emit(chunk.to_wire())
         finally:
             if converter.errored and outcome == "ok":
@@ -449,6 +459,28 @@ class ChatService:
             await self._save(user, chat, book, turn)
         except Exception as exc:
             log.warning("state_save_failed", chat_id=chat, error=repr(exc))
+
+    async def _save_while_stopping(self, user: str, chat: str, book: ApprovalBook, turn: dict[str, int]) -> None:
+        """Saves the book of a run being stopped: approvals its client already received stay
+        answerable. The save (bounded by the store timeout) is shielded: a second cancellation,
+        e.g. at shutdown, stops the wait for it, not the save."""
+        save = asyncio.ensure_future(self._save_quietly(user, chat, book, turn))
+        try:
+            await asyncio.shield(save)
+        except asyncio.CancelledError:
+            log.info("state_save_continues_after_stop", chat_id=chat)
+
+
+def _gateway_error(exc: BaseException) -> GatewayError | None:
+    """The `GatewayError` behind a run failure (ADK may wrap what a store or plugin raised)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, GatewayError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 class _ignore_illegal:

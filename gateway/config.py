@@ -108,7 +108,7 @@ class Settings(BaseModel):
         default=64, ge=8, le=512, description="Deepest JSON nesting accepted in a body or frame (400 invalid_json)."
     )
     max_history_messages: int = Field(
-        default=10_000, ge=1, le=100_000, description="Most messages a posted history may hold (413 past it)."
+        default=1_000, ge=1, le=100_000, description="Most messages a posted history may hold (413 past it)."
     )
     max_runs: int = Field(
         default=256, ge=1, description="Concurrent runs per process, detached ones included (503 + Retry-After)."

@@ -17,6 +17,8 @@ turn) and is fed ADK events in order. It returns, for each event, the chunks to 
   `NeedsApproval` effects for the original call, and ADK's placeholder response ("requires
   confirmation") is hidden. ADK's rejection of a denied call becomes `tool-output-denied`.
 - Browser tools are announced without `providerExecuted`; server tools with it.
+- Error text from a model or a tool goes through `safe_error_text` (first line, paths replaced,
+  at most 300 characters) before it reaches a client.
 
 `finish()` closes whatever is open and ends the response with a finish reason mapped from ADK's.
 """
@@ -378,9 +380,12 @@ class ResponseConverter:
                 result.chunks += self._close_parts()
                 result.chunks.append(c.ToolOutputDenied(toolCallId=call_id))
             elif isinstance(error, str):
+                # A tool's own error text (an exception message, a path) reaches the client only
+                # through the same scrubber as a model's.
                 result.chunks += self._close_parts()
                 result.chunks.append(
-                    c.ToolOutputError(toolCallId=call_id, errorText=error, providerExecuted=provider_executed)
+                    c.ToolOutputError(toolCallId=call_id, errorText=safe_error_text(error, "The tool failed."),
+                                      providerExecuted=provider_executed)
                 )
             else:
                 result.chunks += self._close_parts()

@@ -30,8 +30,26 @@ def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+def chunk_json(wire: dict[str, Any]) -> bytes:
+    """A chunk's JSON as UTF-8, the one serialisation a logged chunk gets (`StreamLog.append`).
+
+    Values JSON cannot hold (a tool output's datetime) become strings rather than failing the run;
+    text with a lone surrogate (not encodable as UTF-8) is written with `\\u` escapes instead.
+    """
+    text = json.dumps(wire, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(wire, separators=(",", ":"), allow_nan=False, default=str).encode("ascii")
+
+
 def sse_event(wire: dict[str, Any]) -> bytes:
     return b"data: " + dumps(wire).encode("utf-8") + b"\n\n"
+
+
+def sse_data(chunk: bytes) -> bytes:
+    """The SSE event of a chunk already serialised with `chunk_json`."""
+    return b"data: " + chunk + b"\n\n"
 
 
 def sse_chunk(chunk: Chunk) -> bytes:
@@ -52,6 +70,12 @@ def ws_start(request_id: str) -> str:
 
 def ws_chunk(request_id: str, sequence: int, wire: dict[str, Any]) -> str:
     return dumps({"type": "chunk", "requestId": request_id, "sequence": sequence, "chunk": wire})
+
+
+def ws_chunk_encoded(request_id: str, sequence: int, chunk: bytes) -> bytes:
+    """`ws_chunk` for a chunk already serialised with `chunk_json`: the same text, as UTF-8."""
+    return (b'{"type":"chunk","requestId":' + dumps(request_id).encode("utf-8") + b',"sequence":'
+            + str(sequence).encode("ascii") + b',"chunk":' + chunk + b"}")
 
 
 def ws_end(request_id: str) -> str:

@@ -3,6 +3,7 @@
     GatewayError                      status  code
     ├── BadRequest                    400     bad_request (or a more precise code)
     │   └── PayloadTooLarge           413     payload_too_large
+    │       └── HistoryTooLong        413     history_too_long
     ├── Unauthorized                  401     unauthorized (with WWW-Authenticate: Bearer)
     ├── ApprovalInvalid               403     approval_invalid
     ├── OriginRefused                 403     origin_refused
@@ -11,7 +12,10 @@
     ├── ContinuationRefused           409     continuation_refused
     ├── NotFound                      404     not_found
     ├── AgentFailed                   500     agent_failed
+    ├── ModelTimedOut                 504     model_timeout     (inside a run: an `error` chunk)
+    ├── SlowReader                    -       slow_reader       (mid-stream only: SSE cut, close 4008)
     ├── ServiceUnavailable            503     unavailable
+    │   └── StoreUnavailable          503     store_unavailable (Retry-After; inside a run: an `error` chunk)
     └── LimitReached                  429     rate_limited      (all: Retry-After)
         ├── TooManyRuns               429     too_many_runs
         ├── TooManySockets            429     too_many_sockets
@@ -35,12 +39,16 @@ __all__ = [
     "ChatBusy",
     "ContinuationRefused",
     "GatewayError",
+    "HistoryTooLong",
     "LimitReached",
+    "ModelTimedOut",
     "NotFound",
     "OriginRefused",
     "Overloaded",
     "PayloadTooLarge",
     "ServiceUnavailable",
+    "SlowReader",
+    "StoreUnavailable",
     "TooManyRuns",
     "TooManySockets",
     "Unauthorized",
@@ -80,6 +88,14 @@ class PayloadTooLarge(BadRequest):
     code = "payload_too_large"
     close_code = WSCloseCode.MESSAGE_TOO_BIG
     default_message = "The request body is too large."
+
+
+class HistoryTooLong(PayloadTooLarge):
+    """The posted history has more messages than `--max-history-messages`. Over WebSocket an
+    `error` frame, not a close: the socket itself did nothing wrong."""
+
+    code = "history_too_long"
+    default_message = "The chat history is too long."
 
 
 class Unauthorized(GatewayError):
@@ -146,11 +162,48 @@ class AgentFailed(GatewayError):
     default_message = "The agent failed."
 
 
+class ModelTimedOut(GatewayError):
+    """One model call took longer than `--model-timeout-s`; the run ends with an `error` chunk."""
+
+    status = 504
+    code = "model_timeout"
+    default_message = "The model did not answer in time."
+
+
+class SlowReader(GatewayError):
+    """A client that did not read its stream fast enough was cut (see `transports.base`). Raised
+    only after the stream began, so it never becomes a status: SSE ends with an `error` chunk
+    when one can still be written, a socket closes with 4008 ("slow", as Centrifugo's 3008).
+    `reason`: `pending` (over `--max-pending-bytes` for the grace), `stalled` (a write blocked
+    for the grace), `overrun` (fell so far behind that the stream log dropped what it had not
+    read)."""
+
+    status = 503
+    code = "slow_reader"
+    close_code = 4008
+    default_message = "The connection was too slow to keep up with the stream, so it was cut."
+
+    def __init__(self, reason: str, *, pending_bytes: int, detail: str | None = None) -> None:
+        super().__init__(detail=detail or f"{reason}: {pending_bytes} bytes pending")
+        self.reason = reason
+        self.pending_bytes = pending_bytes
+
+
 class ServiceUnavailable(GatewayError):
     status = 503
     code = "unavailable"
     close_code = WSCloseCode.TRY_AGAIN_LATER
     default_message = "The gateway is not ready."
+
+
+class StoreUnavailable(ServiceUnavailable):
+    """A session-store call failed to answer within `--store-timeout-s`."""
+
+    code = "store_unavailable"
+    default_message = "The session store did not answer in time; try again."
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
 
 
 class LimitReached(GatewayError):

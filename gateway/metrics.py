@@ -39,6 +39,18 @@ class Metrics:
             "adk_gateway_rejections", "Requests refused by a cap before anything streamed, by cap", ["reason"],
             registry=r,
         )
+        self.timeouts = Counter(
+            "adk_gateway_timeouts", "Bounds that fired: model call, tool call, session store, cancellation",
+            ["kind"], registry=r,
+        )
+        self.memory_evictions = Counter(
+            "adk_gateway_memory_evictions", "memory:// chats dropped, idle past the TTL or least recently used",
+            ["reason"], registry=r,
+        )
+        self.slow_readers_cut = Counter(
+            "adk_gateway_slow_readers_cut", "Connections cut for not reading their stream fast enough, by reason "
+            "(pending, stalled, overrun)", ["transport", "reason"], registry=r,
+        )
         self.connections = Gauge("adk_gateway_connections", "Open connections", ["kind"], registry=r)
         self.active_runs = Gauge("adk_gateway_active_runs", "Runs in progress", registry=r)
         self.ws_frames_refused = Counter(

@@ -12,30 +12,40 @@ The run itself does not change: `ChatService` still appends wire chunks to an in
 round trip on the hot path). Redis is written *through* and read by *other* processes:
 
 - Writer (the process that runs the chat). `add(log)` keeps the log locally (a `MemoryStreamStore`
-  with the same retention rules) and starts a *mirror* task: one more follower of the log that
-  copies each chunk to a Redis stream, one entry per chunk (`XADD`, entry id `0-<sequence+1>`,
-  `MAXLEN ~ max_entries`), pipelining whatever accumulated while the previous write was in
-  flight. The mirror never blocks the run: `append()` stays synchronous and in memory, the
-  mirror catches up one round trip later. When the log closes, the mirror adds an end entry
-  (`end=1`), marks the run closed and gives its keys their retention TTL.
+  with the same retention rules) and starts a *mirror* task: one more follower of the log
+  (attached at once, so the log keeps its chunks for it) that copies each chunk's JSON, as the
+  log serialised it, to a Redis stream, one entry per chunk (`XADD`, entry id `0-<sequence+1>`),
+  pipelining whatever accumulated while the previous write was in flight. The mirror never
+  blocks the run: `append()` stays synchronous and in memory, the mirror catches up one round
+  trip later. When the log closes, the mirror adds an end entry (`end=1`), marks the run closed
+  and gives its keys their retention TTL.
+- Bytes. The Redis stream is capped like the local log, by a running byte count: the mirror
+  remembers the size of every entry still in it and, once they pass `max_bytes`, trims the
+  oldest (`XTRIM MINID`, exact) down to the newest `max_bytes` (at least one entry), and flags
+  the run `overflowed` (no longer resumable). A mirror that falls behind past the local log's
+  budget (Redis too slow) is overrun: it writes a `lost` entry, flags the run and stops; remote
+  readers end with an `error` chunk.
 - Reader (any process). `lookup(key)` asks Redis which run is the chat's current one and reads
   its flags. If that run is this process's own, the local log is returned; otherwise a
   `RemoteStreamLog`: a `StreamLog` whose chunks are filled by a puller task that reads the
   Redis stream from its first entry (`XREAD BLOCK`, so it waits for live entries without
-  polling) until the end entry. Because it *is* a `StreamLog`, `deliver()`, `follow(start)`,
-  the replay prefix of a continuation and the sequence numbers behave exactly as for a local
-  log. The puller lives while someone follows the log. (`resumable(key)`, the synchronous
-  protocol method, can only answer from this process's own logs; resume endpoints must use
-  `lookup` to see other processes' runs.)
+  polling) until the end entry. Because it *is* a `StreamLog`, `deliver()`, followers, the
+  replay prefix of a continuation, the byte cap and the sequence numbers behave exactly as for
+  a local log. Concurrent resumes of one run in one process share one `RemoteStreamLog` (the
+  store keeps them in a weak map by run): one XREAD loop per stream per process, fanned out to
+  its local followers. The puller lives while someone follows the log. (`resumable(key)`, the
+  synchronous protocol method, can only answer from this process's own logs; resume endpoints
+  must use `lookup` to see other processes' runs.)
 - `delivered`: when any process delivers a run's end to a client, the run is flagged
   `delivered` in Redis (through `StreamLog.when_delivered`), so no process offers it for resume
-  again, as the memory store does. `overflowed` (over `max_bytes`, or over `max_entries` so
-  Redis may have trimmed its start) is flagged the same way: the run is then not resumable.
+  again, as the memory store does. `overflowed` (over `max_bytes`, so Redis trimmed its start)
+  is flagged the same way: the run is then not resumable (a logged reason, then 204 / `no-active`).
 
 Keys (all of one chat share a hash tag, so every script touches one cluster slot)::
 
     {prefix}:{<user>:<chat>}:current        string: the chat's current run id
-    {prefix}:{<user>:<chat>}:<run>:chunks   stream: one entry per chunk, then `end`
+    {prefix}:{<user>:<chat>}:<run>:chunks   stream: one entry per chunk (`c`: its JSON), then `end`
+                                            (or `lost`: the writer fell behind)
     {prefix}:{<user>:<chat>}:<run>:meta     hash: user, chat, run, closed, delivered,
                                             overflowed, prefix (the replay prefix, JSON)
 
@@ -52,19 +62,20 @@ stops it. (A socket's `abort` names a request of that socket, so it is always lo
 
 Limits: one Redis server, reached with `redis.asyncio.Redis.from_url` (the keys are cluster-slot
 safe, but no cluster or Sentinel client is set up); one run per chat is enforced per process, not
-across processes. Redis errors never fail a run: the mirror logs and stops, and `lookup` falls back
-to the local store.
+across processes. Redis errors never fail a run: the mirror logs and stops (and no longer holds the
+local log's chunks), and `lookup` falls back to the local store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any, Final, cast
 from urllib.parse import quote
 
@@ -72,7 +83,7 @@ import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import RedisError
 
-from gateway.streams import ChatKey, MemoryStreamStore, StreamLog
+from gateway.streams import ChatKey, Follower, FollowerOverrun, LogEntry, MemoryStreamStore, StreamLog
 
 __all__ = ["RedisStreamStore", "RemoteStreamLog"]
 
@@ -120,10 +131,6 @@ return 0
 """
 
 
-def _dumps(wire: dict[str, Any]) -> str:
-    return json.dumps(wire, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
@@ -149,19 +156,16 @@ class _Mirror:
     """The write-through of one local run."""
 
     log: StreamLog
+    follower: Follower
     run_id: str
     keys: RunKeys
     task: asyncio.Task[None] | None = None
     done: bool = False
     overflow_flagged: bool = False
-
-
-@dataclass(eq=False)
-class _Follow:
-    """How many readers follow a remote log, and the task that fills it."""
-
-    readers: int = 0
-    puller: asyncio.Task[None] | None = None
+    next_id: int = 1  # the next entry is 0-<next_id> (a chunk's id is 0-<sequence+1>)
+    # (sequence, bytes) of the entries still in the Redis stream, oldest first, and their sum.
+    sizes: deque[tuple[int, int]] = field(default_factory=deque)
+    kept_bytes: int = 0
 
 
 class RemoteStreamLog(StreamLog):
@@ -169,32 +173,33 @@ class RemoteStreamLog(StreamLog):
 
     def __init__(self, store: RedisStreamStore, key: ChatKey, run_id: str, keys: RunKeys,
                  replay_prefix: list[dict[str, Any]]) -> None:
-        super().__init__(key=key, max_bytes=sys.maxsize)
+        super().__init__(key=key, max_bytes=store.max_bytes)
         self.replay_prefix = replay_prefix
         self.run_id = run_id
         self.keys = keys
+        self.failed = False
         self._store = store
-        self._follow = _Follow()
+        self._puller: asyncio.Task[None] | None = None
         # Where the puller is in the Redis stream (kept, so a later puller goes on from there).
         self._last_id = "0-0"
         self._expected = 1  # entry ids are 0-<sequence+1>; a gap means Redis trimmed the start
 
-    async def follow(self, start: int = 0, **options: Any) -> AsyncIterator[tuple[int, dict[str, Any]]]:
-        state = self._follow
-        state.readers += 1
-        if state.puller is None:
-            state.puller = self._store._spawn(self._pull(), f"redis-pull:{self.run_id}", reader=True)
-        try:
-            async for item in super().follow(start, **options):
-                yield item
-        finally:
-            state.readers -= 1
-            if state.readers == 0 and state.puller is not None and not state.puller.done():
-                state.puller.cancel()
-                state.puller = None
+    def attach(self, start: int = 0, *, replay: bool = False, budget: int = 0) -> Follower:
+        """A follower (see `StreamLog.attach`); the first one starts the puller."""
+        follower = super().attach(start, replay=replay, budget=budget)
+        if not self.closed and (self._puller is None or self._puller.done()):
+            self._puller = self._store._spawn(self._pull(), f"redis-pull:{self.run_id}", reader=True)
+        return follower
+
+    def _detach(self, follower: Follower) -> None:
+        super()._detach(follower)
+        if not self.followers and self._puller is not None and not self._puller.done():
+            self._puller.cancel()
+            self._puller = None
 
     def _fail(self, text: str) -> None:
         if not self.closed:
+            self.failed = True
             self.append({"type": "error", "errorText": text})
             self.close()
 
@@ -222,11 +227,18 @@ class RemoteStreamLog(StreamLog):
                         if "end" in fields:
                             self.close()
                             return
-                        self.append(json.loads(fields["c"]))
+                        if "lost" in fields:
+                            log.warning("redis_stream_incomplete", chat_id=self.key[1], run_id=self.run_id,
+                                        entry_id=entry, reason="writer_overrun")
+                            self._fail(INCOMPLETE_TEXT)
+                            return
+                        raw = str(fields["c"])
+                        kind = json.loads(raw).get("type")  # also checks it is JSON
+                        self.append_encoded(str(kind), raw.encode("utf-8"))
                         self._last_id, self._expected = entry, self._expected + 1
         except asyncio.CancelledError:
             raise
-        except (RedisError, OSError, ValueError, KeyError) as exc:
+        except (RedisError, OSError, ValueError, KeyError, AttributeError) as exc:
             log.warning("redis_stream_read_failed", chat_id=self.key[1], run_id=self.run_id, error=repr(exc))
             self._fail(READ_FAILED_TEXT)
 
@@ -240,7 +252,6 @@ class RedisStreamStore:
         *,
         retention_s: float,
         max_bytes: int,
-        max_entries: int = 100_000,
         lease_s: float = 30.0,
         grace_s: float = 30.0,
         block_s: float = 5.0,
@@ -249,7 +260,6 @@ class RedisStreamStore:
         self.url = url
         self.retention_s = retention_s
         self.max_bytes = max_bytes
-        self.max_entries = max_entries
         self.lease_s = lease_s
         self.grace_s = grace_s
         self.block_s = block_s
@@ -257,6 +267,10 @@ class RedisStreamStore:
         self.redis: aioredis.Redis = aioredis.Redis.from_url(url, decode_responses=True)
         self._local = MemoryStreamStore(retention_s=retention_s, max_bytes=max_bytes)
         self._mirrors: dict[ChatKey, _Mirror] = {}
+        # Other processes' runs being read here, by (chat, run): concurrent resumes share one.
+        self._remote: weakref.WeakValueDictionary[tuple[ChatKey, str], RemoteStreamLog] = (
+            weakref.WeakValueDictionary()
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._readers: set[asyncio.Task[Any]] = set()
         self._refresher: asyncio.Task[None] | None = None
@@ -272,7 +286,9 @@ class RedisStreamStore:
         self._sweep()
         self._local.add(log)
         run_id = uuid.uuid4().hex
-        mirror = _Mirror(log=log, run_id=run_id, keys=RunKeys.of(self.prefix, log.key, run_id))
+        # Attached now (the run has not started): the log keeps its chunks until they are in Redis.
+        mirror = _Mirror(log=log, follower=log.attach(0), run_id=run_id,
+                         keys=RunKeys.of(self.prefix, log.key, run_id))
         self._mirrors[log.key] = mirror
         mirror.task = self._spawn(self._mirror(mirror), f"redis-mirror:{run_id}")
         log.when_delivered(lambda _log: self._after_delivered(mirror))
@@ -295,13 +311,22 @@ class RedisStreamStore:
         except (RedisError, OSError) as exc:
             log.warning("redis_lookup_failed", chat_id=key[1], error=repr(exc))
             return self._local.resumable(key)
-        if not meta or meta.get("overflowed") == "1":
+        if not meta:
+            return None
+        if meta.get("overflowed") == "1":
+            log.info("resume_refused", chat_id=key[1], reason="over_budget", max_bytes=self.max_bytes)
             return None
         if meta.get("closed") == "1" and meta.get("delivered") == "1":
             return None
         mirror = self._mirrors.get(key)
         if mirror is not None and mirror.run_id == run_id:
             return self._local.resumable(key)
+        shared = self._remote.get((key, str(run_id)))
+        if shared is not None and not shared.failed:
+            if shared.overflowed:
+                log.info("resume_refused", chat_id=key[1], reason="over_budget", max_bytes=self.max_bytes)
+                return None
+            return shared
         try:
             prefix = json.loads(meta.get("prefix") or "[]")
         except ValueError:
@@ -312,6 +337,7 @@ class RedisStreamStore:
             self._spawn(self._set_flag(keys, "delivered"), f"redis-delivered:{run_id}")
 
         remote.when_delivered(flag_delivered)
+        self._remote[(key, str(run_id))] = remote
         return remote
 
     def discard(self, log: StreamLog) -> None:
@@ -421,21 +447,10 @@ class RedisStreamStore:
             begin.pexpire(keys.meta, lease_ms)
             begin.set(keys.current, mirror.run_id, px=lease_ms)
             await begin.execute()
-            batch: list[tuple[int, dict[str, Any]]] = []
-            written = 0
-            async for sequence, wire in stream_log.follow(0):
-                batch.append((sequence, wire))
-                if sequence + 1 < len(stream_log.chunks) and len(batch) < BATCH:
-                    continue  # more chunks are already there: write them together
-                await self._write(mirror, batch)
-                written += len(batch)
-                batch = []
-            if batch:
-                await self._write(mirror, batch)
-                written += len(batch)
+            await self._copy(mirror)
             ended = await self._end(
                 keys=[keys.current, keys.chunks, keys.meta],
-                args=[mirror.run_id, f"0-{written + 1}", int(self.retention_s * 1000),
+                args=[mirror.run_id, f"0-{mirror.next_id}", int(self.retention_s * 1000),
                       _ms(self.retention_s + self.grace_s)],
             )
             if not ended:
@@ -445,20 +460,63 @@ class RedisStreamStore:
         except (RedisError, OSError) as exc:
             log.warning("redis_mirror_failed", chat_id=stream_log.key[1], run_id=mirror.run_id, error=repr(exc))
         finally:
+            mirror.follower.detach()
             mirror.done = True
 
-    async def _write(self, mirror: _Mirror, batch: list[tuple[int, dict[str, Any]]]) -> None:
+    async def _copy(self, mirror: _Mirror) -> None:
+        """Writes the log's chunks to Redis as they come, until the log is closed and written."""
+        stream_log, follower = mirror.log, mirror.follower
+        while True:
+            batch: list[LogEntry] = []
+            try:
+                # Whatever accumulated while the previous write was in flight goes in one pipeline.
+                while len(batch) < BATCH and (entry := follower.take()) is not None:
+                    batch.append(entry)
+            except FollowerOverrun:
+                await self._lost(mirror, batch)
+                return
+            if batch:
+                await self._write(mirror, batch)
+            elif stream_log.closed:
+                return
+            else:
+                await stream_log.changed()
+
+    async def _write(self, mirror: _Mirror, batch: list[LogEntry]) -> None:
         keys = mirror.keys
         pipe = self.redis.pipeline(transaction=False)
-        for sequence, wire in batch:
-            pipe.xadd(keys.chunks, {"c": _dumps(wire)}, id=f"0-{sequence + 1}",
-                      maxlen=self.max_entries, approximate=True)
+        for entry in batch:
+            pipe.xadd(keys.chunks, {"c": entry.data}, id=f"0-{entry.sequence + 1}")
+            mirror.sizes.append((entry.sequence, len(entry.data)))
+            mirror.kept_bytes += len(entry.data)
+        mirror.next_id = batch[-1].sequence + 2
+        # The byte cap: keep the newest `max_bytes` (and always the newest entry), like the log.
+        trim_from: int | None = None
+        while mirror.kept_bytes > self.max_bytes and len(mirror.sizes) > 1:
+            _sequence, size = mirror.sizes.popleft()
+            mirror.kept_bytes -= size
+            trim_from = mirror.sizes[0][0]
+        if trim_from is not None:
+            pipe.xtrim(keys.chunks, minid=f"0-{trim_from + 1}", approximate=False)
         pipe.pexpire(keys.chunks, _ms(self.lease_s))
-        overflowed = mirror.log.overflowed or batch[-1][0] + 1 > self.max_entries
-        if overflowed and not mirror.overflow_flagged:
+        if (trim_from is not None or mirror.log.overflowed) and not mirror.overflow_flagged:
             pipe.hset(keys.meta, "overflowed", "1")
             mirror.overflow_flagged = True
         await pipe.execute()
+
+    async def _lost(self, mirror: _Mirror, batch: list[LogEntry]) -> None:
+        """The mirror fell behind past the local log's budget (Redis too slow): what is written
+        still goes in, then a `lost` entry ends it for remote readers; the run is not resumable."""
+        if batch:
+            await self._write(mirror, batch)
+        log.warning("redis_mirror_overrun", chat_id=mirror.log.key[1], run_id=mirror.run_id,
+                    budget_bytes=mirror.follower.budget)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xadd(mirror.keys.chunks, {"lost": "1"}, id=f"0-{mirror.next_id}")
+        pipe.hset(mirror.keys.meta, "overflowed", "1")
+        await pipe.execute()
+        mirror.overflow_flagged = True
+        mirror.next_id += 1
 
     async def _refresh_leases(self) -> None:
         """Keeps running runs' keys alive; a dead process's keys expire after `lease_s`."""

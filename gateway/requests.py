@@ -3,11 +3,17 @@
 Validation is strict on what the gateway acts on (ids, roles, triggers, tool part states) and
 lenient on the rest (extra keys are kept, unknown part types are carried along), since the AI SDK
 adds fields between minor versions.
+
+Transports parse the JSON first (`gateway.jsonparse`, depth-bounded) and check the history's length
+against `--max-history-messages` before validating here; a long history is validated a batch of
+messages at a time (`validate_chat_request`, `validate_frame`), giving the event loop back between
+batches.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import asyncio
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
@@ -21,11 +27,17 @@ __all__ = [
     "ToolPart",
     "UIMessage",
     "ValidationError",
+    "message_count",
     "parse_frame",
+    "validate_chat_request",
+    "validate_frame",
 ]
 
 ChatId = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f/]+$")]
-MAX_MESSAGES = 10_000
+# The hard ceiling (the largest `--max-history-messages`); the configured cap is checked first, 413.
+MAX_MESSAGES = 100_000
+# Messages validated between two returns to the event loop (about 1 ms of validation).
+MESSAGE_BATCH: Final = 250
 MAX_PARTS = 1_000
 
 
@@ -120,7 +132,9 @@ class SendFrame(_Loose):
             {
                 **self.body,
                 "id": self.id,
-                "messages": [m.model_dump() for m in self.messages],
+                # Already validated: pydantic takes the instances as they are (no dump and re-parse
+                # of a long history).
+                "messages": list(self.messages),
                 "trigger": self.trigger,
                 **({"messageId": self.messageId} if self.messageId is not None else {}),
             }
@@ -228,3 +242,41 @@ _FRAME_ADAPTER: TypeAdapter[ClientFrame] = TypeAdapter(ClientFrame)
 def parse_frame(raw: str | bytes) -> ClientFrame:
     """Parses one JSON text frame. Raises pydantic's `ValidationError` for a bad frame."""
     return _FRAME_ADAPTER.validate_json(raw)
+
+
+def message_count(data: dict[str, Any]) -> int:
+    """How many messages a raw request body or `send` frame carries (0 when `messages` is no list)."""
+    messages = data.get("messages")
+    return len(messages) if isinstance(messages, list) else 0
+
+
+_MESSAGES_ADAPTER: TypeAdapter[list[UIMessage]] = TypeAdapter(list[UIMessage])
+
+
+async def _with_messages_validated(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with a long `messages` list replaced by validated `UIMessage`s, a batch at a time;
+    pydantic then takes the instances as they are. A batch that fails leaves `data` as it was,
+    so the whole validation reports the error with its full location."""
+    messages = data.get("messages")
+    if not isinstance(messages, list) or len(messages) <= MESSAGE_BATCH:
+        return data
+    validated: list[UIMessage] = []
+    for start in range(0, len(messages), MESSAGE_BATCH):
+        try:
+            validated += _MESSAGES_ADAPTER.validate_python(messages[start : start + MESSAGE_BATCH])
+        except ValidationError:
+            return data
+        await asyncio.sleep(0)
+    return {**data, "messages": validated}
+
+
+async def validate_chat_request(data: dict[str, Any]) -> ChatRequest:
+    """Validates a parsed request body. Raises pydantic's `ValidationError`."""
+    return ChatRequest.model_validate(await _with_messages_validated(data))
+
+
+async def validate_frame(data: dict[str, Any]) -> ClientFrame:
+    """Validates a parsed text frame. Raises pydantic's `ValidationError`."""
+    if data.get("type") == "send":
+        data = await _with_messages_validated(data)
+    return _FRAME_ADAPTER.validate_python(data)

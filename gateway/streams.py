@@ -1,14 +1,33 @@
-"""Resumable streams: every response's chunks are kept (bounded) while it runs and shortly after.
+"""Resumable streams: every response's chunks, kept in a bounded log while it runs and shortly after.
 
-How it works: a run appends wire chunks (plain JSON dicts, in the v7 chunk set) to its chat's
-`StreamLog`. A finished log stays resumable for
-`retention_s` only while no client has received its end (a client that dropped just before the
-end can still fetch it); once one has, resume answers "nothing active".
+How it works
+------------
+A run appends wire chunks (JSON dicts, in the v7 chunk set) to its chat's `StreamLog`. Each chunk
+is serialised once, when it is appended (`encoding.chunk_json`): the log keeps those bytes and the
+chunk's type, counts its size from them, and transports send them as they are.
 
-Readers — the request that started the run, an SSE resume GET, a WebSocket `resume`
-frame — `follow()` the log from any sequence number: they get what is already there, then wait
-for more until the log is closed. A log over its byte budget stops being replayable (readers
-that are already following keep going; new resumes get "nothing active").
+Readers — the request that started the run, an SSE resume GET, a WebSocket `resume` frame, the
+Redis mirror — `attach()` a `Follower` at a sequence number and `take()` chunks one at a time,
+waiting on `changed()` when they have read everything, until the log is closed. A reader attaches
+before its first await after finding the log (the request that starts a run: before the run's
+task first runs), so the log knows every position it must keep. `follow()` wraps this as an
+async iterator of (sequence, chunk dict).
+
+Memory: `max_bytes` (`--stream-buffer-bytes`) bounds it for real.
+
+- Under the cap the log keeps every chunk, so a resume replays from the first one.
+- The first append past the cap makes the log *overflowed*: it is no longer resumable (a resume
+  answers 204 / `no-active`, with a logged reason) and from then on it keeps only the chunks some
+  follower has not read yet; the others are dropped as soon as every follower has read them.
+- A follower may leave at most its `budget` unread (the larger of the cap and its connection's
+  `--max-pending-bytes`) plus the newest chunk. One that falls further behind is *overrun*: the
+  log drops what it had not read, and its next `take()` raises `FollowerOverrun` (its connection
+  is cut as a slow reader, see `transports.base`). So the log never keeps more than the largest
+  budget among its followers plus one chunk (with the default budget: the cap plus one chunk).
+
+A finished log stays resumable for `retention_s` only while no client has received its end (a
+client that dropped just before the end can still fetch it); once one has, resume answers
+"nothing active".
 
 `StreamStore` is the seam for several processes: the in-memory store serves one process; the
 Redis store (`gateway.redis_streams`) lets any process resume a run another process is writing.
@@ -19,31 +38,248 @@ Redis store (`gateway.redis_streams`) lets any process resume a run another proc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, Protocol
 
-__all__ = ["MemoryStreamStore", "StreamLog", "StreamStore"]
+import structlog
+
+from gateway import encoding
+
+__all__ = ["Follower", "FollowerOverrun", "LogEntry", "MemoryStreamStore", "StreamLog", "StreamStore"]
+
+logger = structlog.get_logger("gateway.streams")
 
 ChatKey = tuple[str, str]  # (user id, chat id)
 
+# Dropped chunks leave a hole at the head of the entry list; it is compacted once the hole is this
+# long and at least half the list (amortised O(1) per chunk, O(1) indexing by sequence).
+_COMPACT_AFTER = 1024
 
-@dataclass(eq=False)
+
+class FollowerOverrun(Exception):
+    """The follower fell so far behind that the log dropped chunks it had not read."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One chunk as a follower takes it: sequence (-1 for a replayed prefix chunk), type, JSON."""
+
+    sequence: int
+    kind: str
+    data: bytes
+
+    def wire(self) -> dict[str, Any]:
+        """The chunk as a dict (decoded: the log keeps only the bytes)."""
+        value: dict[str, Any] = json.loads(self.data)
+        return value
+
+    @classmethod
+    def of(cls, sequence: int, wire: dict[str, Any]) -> LogEntry:
+        return cls(sequence, str(wire.get("type", "")), encoding.chunk_json(wire))
+
+
+class Follower:
+    """One reader's place in a log; see the module docstring. Detach it when done (it is a
+    context manager), or the log keeps chunks for it until it is overrun."""
+
+    __slots__ = ("_dropped", "_prefix", "_queued", "_taken", "budget", "log", "on_change", "overrun", "position")
+
+    def __init__(self, log: StreamLog, position: int, budget: int, prefix: list[dict[str, Any]] | None) -> None:
+        self.log = log
+        self.position = position  # the sequence number of the next chunk to take
+        self.budget = budget
+        self.overrun = False
+        # Called (synchronously) when the log grows or overruns this follower: a connection's guard.
+        self.on_change: Callable[[], None] | None = None
+        self._taken = 0  # the log's byte offset of `position`
+        self._dropped = 0  # what it had not read when it was overrun
+        self._prefix = prefix  # a replay's prefix chunks, sent after the first chunk
+        self._queued: deque[LogEntry] = deque()
+
+    @property
+    def backlog(self) -> int:
+        """Bytes in the log this follower has not taken yet (overrun: what it had not read then)."""
+        return self._dropped if self.overrun else self.log.appended_bytes - self._taken
+
+    def _overrun(self) -> None:
+        self._dropped = self.backlog
+        self.overrun = True
+
+    def take(self) -> LogEntry | None:
+        """The next chunk, or None when there is none yet (or none ever: the log is closed).
+
+        Raises:
+            FollowerOverrun: the log dropped chunks this follower had not read.
+        """
+        if self.overrun:
+            raise FollowerOverrun(f"fell behind past {self.budget} bytes")
+        if self._queued:
+            return self._queued.popleft()
+        log = self.log
+        if self.position < log.end:
+            kind, data = log._entry(self.position)
+            entry = LogEntry(self.position, kind, data)
+            self.position += 1
+            self._taken += len(data)
+            if log.overflowed:  # past the cap, a chunk every follower has taken is let go at once
+                log._shed(newest=None)
+            if entry.sequence == 0 and self._prefix is not None:
+                self._queue_prefix()
+            return entry
+        if log.closed and self._prefix is not None:  # a replay of a log that ended before its first chunk
+            self._queue_prefix()
+            return self._queued.popleft() if self._queued else None
+        return None
+
+    def _queue_prefix(self) -> None:
+        self._queued.extend(LogEntry.of(-1, wire) for wire in self._prefix or ())
+        self._prefix = None
+
+    def detach(self) -> None:
+        """Leaves the log (idempotent): it no longer keeps chunks for this follower."""
+        self.log._detach(self)
+
+    def __enter__(self) -> Follower:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.detach()
+
+
 class StreamLog:
-    key: ChatKey
-    max_bytes: int
-    chunks: list[dict[str, Any]] = field(default_factory=list)
-    closed: bool = False
-    closed_at: float | None = None
-    overflowed: bool = False
-    # Chunks that rebuild the message a continuation continues; sent after `start` on a replay.
-    replay_prefix: list[dict[str, Any]] = field(default_factory=list)
-    _size: int = 0
-    _changed: asyncio.Event = field(default_factory=asyncio.Event)
-    _delivered: bool = False
-    _on_delivered: list[Callable[[StreamLog], None]] = field(default_factory=list, repr=False)
+    """One response's chunks; see the module docstring."""
+
+    def __init__(self, *, key: ChatKey, max_bytes: int) -> None:
+        self.key = key
+        self.max_bytes = max_bytes
+        self.closed = False
+        self.closed_at: float | None = None
+        self.overflowed = False
+        # Chunks that rebuild the message a continuation continues; sent after `start` on a replay.
+        self.replay_prefix: list[dict[str, Any]] = []
+        self.first = 0  # the sequence number of the oldest chunk kept
+        self.kept_bytes = 0
+        self.peak_bytes = 0  # the most `kept_bytes` has been (observability, tests)
+        self.appended_bytes = 0  # every chunk ever appended
+        self._last_size = 0  # the newest chunk's
+        self._entries: list[tuple[str, bytes] | None] = []  # None: dropped, not compacted yet
+        self._head = 0  # index of `first` in `_entries`
+        self._followers: dict[Follower, None] = {}
+        self._changed = asyncio.Event()
+        self._delivered = False
+        self._on_delivered: list[Callable[[StreamLog], None]] = []
+
+    def __repr__(self) -> str:
+        return (f"StreamLog(key={self.key!r}, chunks={self.first}..{self.end}, kept_bytes={self.kept_bytes}, "
+                f"closed={self.closed}, overflowed={self.overflowed}, followers={len(self._followers)})")
+
+    # --- reading ------------------------------------------------------------------------------
+
+    @property
+    def end(self) -> int:
+        """The sequence number the next chunk gets (how many chunks were ever appended)."""
+        return self.first + len(self._entries) - self._head
+
+    @property
+    def chunks(self) -> list[dict[str, Any]]:
+        """The chunks kept, decoded (all of them while the log has not overflowed)."""
+        return [json.loads(item[1]) for item in self._entries[self._head:] if item is not None]
+
+    @property
+    def followers(self) -> int:
+        return len(self._followers)
+
+    def attach(self, start: int = 0, *, replay: bool = False, budget: int = 0) -> Follower:
+        """A new follower from sequence `start` on (sync: attach before the next await).
+
+        With `replay` from the beginning, the replay prefix follows the first chunk. `budget`: the
+        bytes it may leave unread (at least the log's cap) before it is overrun. A follower whose
+        start was already dropped is overrun from the outset.
+        """
+        position = max(0, start)
+        prefix = list(self.replay_prefix) if replay and position == 0 and self.replay_prefix else None
+        follower = Follower(self, position, max(self.max_bytes, budget), prefix)
+        if position < self.first:
+            follower._overrun()
+        else:
+            follower._taken = self._offset(position)
+            if follower.backlog - self._last_size > follower.budget:  # already too far behind
+                follower._overrun()
+        self._followers[follower] = None
+        return follower
+
+    async def follow(self, start: int = 0, *, replay: bool = False) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+        """Yields (sequence, chunk) from `start` on, live, until the log is closed.
+
+        Raises:
+            FollowerOverrun: the reader fell behind past the cap.
+        """
+        with self.attach(start, replay=replay) as follower:
+            while True:
+                entry = follower.take()
+                if entry is not None:
+                    yield entry.sequence, entry.wire()
+                elif self.closed:
+                    return
+                else:
+                    await self.changed()
+
+    async def changed(self, at_most_s: float | None = None) -> None:
+        """Waits until the log changes (a chunk, the end, a wake-up), or `at_most_s` seconds."""
+        event = self._changed
+        if at_most_s is None:
+            await event.wait()
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(at_most_s):
+                await event.wait()
+
+    def wake(self) -> None:
+        """Wakes every follower waiting in `changed()` (e.g. their connection was cut)."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def append(self, wire: dict[str, Any]) -> int:
+        """Adds one chunk (serialising it, once); returns its sequence number."""
+        return self.append_encoded(str(wire.get("type", "")), encoding.chunk_json(wire))
+
+    def append_encoded(self, kind: str, data: bytes) -> int:
+        """Adds one chunk already serialised with `encoding.chunk_json`; returns its sequence number."""
+        if self.closed:
+            raise RuntimeError("append to a closed stream log")
+        sequence = self.end
+        size = len(data)
+        self._entries.append((kind, data))
+        self.kept_bytes += size
+        self.appended_bytes += size
+        self._last_size = size
+        for follower in self._followers:
+            if follower.position > sequence:  # a follower that starts later: not its backlog
+                follower._taken += size
+        if self.overflowed or self.kept_bytes > self.max_bytes:
+            self._shed(newest=size)
+        self.peak_bytes = max(self.peak_bytes, self.kept_bytes)
+        self.wake()
+        for follower in tuple(self._followers):
+            if follower.on_change is not None:
+                follower.on_change()
+        return sequence
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.closed_at = time.monotonic()
+            self.wake()
 
     @property
     def delivered(self) -> bool:
@@ -62,48 +298,54 @@ class StreamLog:
         """Calls `callback(log)` once, when `delivered` first becomes true (a shared store's hook)."""
         self._on_delivered.append(callback)
 
-    def append(self, wire: dict[str, Any]) -> int:
-        """Adds one chunk; returns its sequence number."""
-        if self.closed:
-            raise RuntimeError("append to a closed stream log")
-        self._size += len(json.dumps(wire, separators=(",", ":"), default=str))
-        if self._size > self.max_bytes:
+    # --- the bound ----------------------------------------------------------------------------
+
+    def _shed(self, newest: int | None) -> None:
+        """Past the cap: drop what every follower has read; overrun followers too far behind."""
+        if not self.overflowed:
             self.overflowed = True
-        self.chunks.append(wire)
-        self._wake()
-        return len(self.chunks) - 1
+            logger.info("stream_not_resumable", chat_id=self.key[1], reason="over_budget", max_bytes=self.max_bytes)
+        end = self.end
+        if newest is not None:
+            for follower in self._followers:
+                if not follower.overrun and follower.backlog - newest > follower.budget:
+                    follower._overrun()
+                    logger.debug("stream_follower_overrun", chat_id=self.key[1], backlog_bytes=follower.backlog,
+                                budget_bytes=follower.budget)
+        floor = min((f.position for f in self._followers if not f.overrun), default=end)
+        while self.first < min(floor, end):
+            self._drop_first()
 
-    def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self.closed_at = time.monotonic()
-            self._wake()
+    def _drop_first(self) -> None:
+        item = self._entries[self._head]
+        assert item is not None
+        self._entries[self._head] = None
+        self._head += 1
+        self.first += 1
+        self.kept_bytes -= len(item[1])
+        if self._head >= _COMPACT_AFTER and self._head * 2 >= len(self._entries):
+            del self._entries[: self._head]
+            self._head = 0
 
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+    def _entry(self, sequence: int) -> tuple[str, bytes]:
+        item = self._entries[self._head + sequence - self.first]
+        assert item is not None
+        return item
 
-    async def follow(self, start: int = 0, *, replay: bool = False) -> AsyncIterator[tuple[int, dict[str, Any]]]:
-        """Yields (sequence, chunk) from `start` on, live, until the log is closed.
+    def _offset(self, sequence: int) -> int:
+        """The byte offset of chunk `sequence` among every chunk ever appended."""
+        if sequence >= self.end:
+            return self.appended_bytes
+        start = self._head
+        stop = start + sequence - self.first
+        return self.appended_bytes - self.kept_bytes + sum(len(item[1]) for item in self._entries[start:stop] if item)
 
-        With `replay` from the beginning, the replay prefix follows the first (`start`) chunk.
-        """
-        index = max(0, start)
-        if replay and index == 0 and self.replay_prefix:
-            while not self.chunks and not self.closed:
-                await self._changed.wait()
-            if self.chunks:
-                yield 0, self.chunks[0]
-                index = 1
-            for wire in self.replay_prefix:
-                yield -1, wire
-        while True:
-            while index < len(self.chunks):
-                yield index, self.chunks[index]
-                index += 1
-            if self.closed:
-                return
-            await self._changed.wait()
+    def _detach(self, follower: Follower) -> None:
+        if follower in self._followers:
+            del self._followers[follower]
+            follower.on_change = None
+            if self.overflowed:
+                self._shed(newest=None)
 
 
 class StreamStore(Protocol):
@@ -133,13 +375,20 @@ class MemoryStreamStore:
     def resumable(self, key: ChatKey) -> StreamLog | None:
         self._sweep()
         log = self._logs.get(key)
-        if log is None or log.overflowed or (log.closed and log.delivered):
+        if log is None or (log.closed and log.delivered):
+            return None
+        if log.overflowed:
+            logger.info("resume_refused", chat_id=key[1], reason="over_budget", max_bytes=log.max_bytes)
             return None
         return log
 
     async def lookup(self, key: ChatKey) -> StreamLog | None:
         """The chat's resumable stream, or None (the resume endpoints' entry point)."""
         return self.resumable(key)
+
+    def latest(self, key: ChatKey) -> StreamLog | None:
+        """The chat's newest log, resumable or not (for inspection: what a run keeps in memory)."""
+        return self._logs.get(key)
 
     async def ping(self) -> bool:
         """Always reachable (readiness checks)."""

@@ -1,21 +1,74 @@
-"""The `Transport` interface: how one response's chunks reach a client.
+"""The `Transport` interface and `deliver()`: how one response's chunks reach a client, at the pace
+the client reads.
 
-A transport knows bytes and sockets; it knows nothing about agents or approvals. The chat service
-writes chunks to a stream log; `deliver()` follows that log and hands each chunk to a transport,
-with keep-alives while the log is idle. The first of the two tasks to finish ends the delivery
-and cancels the other (one task group per delivery).
+How it works
+------------
+The chat service appends chunks to a stream log; `deliver()` follows that log (a
+`streams.Follower`) and hands each chunk to a transport — the bytes serialised when the chunk was
+logged, adapted only where an `ai` 6 client needs it — with keep-alives while the log is idle. It
+is one loop in one task: take a chunk, write it, take the next. A chunk leaves the log only when
+the previous write returned, so nothing queues between the log and aiohttp's own flow control.
+
+Slow readers
+------------
+Each connection (an SSE response; a WebSocket with all its requests) has a `SlowReaderGuard`. Its
+*pending bytes* are what its followers have not taken from their logs plus what sits unsent in the
+socket's transport buffer; `--max-pending-bytes` bounds them. The guard is driven by events, not
+by polling: log appends (`Follower.on_change`), and writes starting and ending (`writing()`),
+with one timer per condition. It cuts the connection when
+
+- `pending`: the pending bytes stay over the bound for `--slow-reader-grace-s`;
+- `stalled`: one write stays blocked for the grace, however little is pending. aiohttp's `write`
+  awaits the drain, and a peer that never reads holds it until TCP gives up (a zero window can
+  be kept open forever), so without this the handler outlives its run;
+- `overrun`: a follower fell so far behind that its log dropped chunks it had not read. At once:
+  the stream cannot go on in order.
+
+A cut (`errors.SlowReader`) is counted (`adk_gateway_slow_readers_cut_total{transport,reason}`)
+and logged once, with the user, the chat and the bytes pending. Then:
+
+1. The deliveries stop taking chunks (waiting ones are woken).
+2. Nothing is cancelled in the middle of a write: aiohttp's writers share one drain future, and
+   cancelling a task blocked on it cancels that future, so every later write on the connection
+   would fail. Instead a timer aborts the socket `CUT_TIMEOUT_S` after the cut unless it has
+   closed and flushed by then; the abort releases any blocked write (and with
+   `handler_cancellation` cancels the handler).
+3. Meanwhile the transport ends as well as it can (`Transport.abort`): SSE writes an `error`
+   chunk and `[DONE]` and closes the connection; a WebSocket closes with 4008 "slow".
+4. The connection's runs are stopped at the cut (`stop_runs`) unless they detach, and leaving
+   the connection waits for them; detached followers let the log drop what they held.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-from typing import Any
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Final
 
+import structlog
+
+from gateway import encoding
 from gateway.chunks import V6_FINISH_REASONS
-from gateway.streams import StreamLog
+from gateway.errors import GatewayError, SlowReader
+from gateway.streams import Follower, FollowerOverrun, LogEntry
 
-__all__ = ["Transport", "adapt_wire", "deliver"]
+if TYPE_CHECKING:
+    from gateway.metrics import Metrics
+    from gateway.registry import Connection
+
+__all__ = ["CUT_TIMEOUT_S", "SlowReaderGuard", "Transport", "adapt_entry", "adapt_wire", "deliver", "stop_runs"]
+
+log = structlog.get_logger("transports.base")
+
+# How long a cut connection may take to flush its last words (an `error` chunk, a close frame)
+# before its socket is aborted.
+CUT_TIMEOUT_S: Final = 2.0
+
+# The only chunk types an `ai` 6 client needs changed (see `adapt_wire`).
+_V6_ADAPTED: Final = frozenset({"tool-approval-response", "finish"})
 
 
 def adapt_wire(wire: dict[str, Any], major: int) -> dict[str, Any] | None:
@@ -27,6 +80,17 @@ def adapt_wire(wire: dict[str, Any], major: int) -> dict[str, Any] | None:
     if wire.get("type") == "finish" and wire.get("finishReason") not in (None, *V6_FINISH_REASONS):
         return {**wire, "finishReason": "stop"}
     return wire
+
+
+def adapt_entry(entry: LogEntry, major: int) -> bytes | None:
+    """A logged chunk's JSON for this client: the logged bytes unless they need adapting; None: skip."""
+    if major >= 7 or entry.kind not in _V6_ADAPTED:
+        return entry.data
+    wire = entry.wire()
+    adapted = adapt_wire(wire, major)
+    if adapted is None:
+        return None
+    return entry.data if adapted is wire else encoding.chunk_json(adapted)
 
 
 class Transport(abc.ABC):
@@ -42,6 +106,17 @@ class Transport(abc.ABC):
     async def send(self, sequence: int, chunk: dict[str, Any]) -> None:
         """Sends one chunk (already adapted to the client's version)."""
 
+    async def send_encoded(self, sequence: int, chunk: bytes) -> None:
+        """Sends one chunk given as its JSON (`encoding.chunk_json`); transports that can write
+        those bytes as they are override this."""
+        await self.send(sequence, json.loads(chunk))
+
+    async def send_entry(self, entry: LogEntry) -> None:
+        """Sends one logged chunk, adapted to the client's version."""
+        data = adapt_entry(entry, self.major)
+        if data is not None:
+            await self.send_encoded(entry.sequence, data)
+
     @abc.abstractmethod
     async def keepalive(self) -> None:
         """Tells proxies the idle response is alive."""
@@ -50,43 +125,203 @@ class Transport(abc.ABC):
     async def close(self) -> None:
         """Ends the response normally."""
 
+    async def abort(self, error: GatewayError) -> None:
+        """Ends a response that was cut (`error`), as well as the connection still allows: by
+        default with an `error` chunk."""
+        await self.send(-1, {"type": "error", "errorText": error.message})
+
+
+class SlowReaderGuard:
+    """Bounds one connection's outgoing bytes and cuts a slow reader; see the module docstring.
+
+    Args:
+        connection: the socket's asyncio transport (its unsent bytes count; a cut aborts it).
+        max_pending_bytes: `--max-pending-bytes`.
+        grace_s: `--slow-reader-grace-s`.
+        transport: `sse` or `ws` (the metric's label).
+        user_id: for the log line of a cut.
+        metrics: where cuts are counted.
+        on_cut: called once, at the cut (a socket starts its 4008 close there).
+    """
+
+    def __init__(
+        self,
+        connection: asyncio.Transport | None,
+        *,
+        max_pending_bytes: int,
+        grace_s: float,
+        transport: str,
+        user_id: str,
+        metrics: Metrics | None = None,
+        on_cut: Callable[[SlowReader], None] | None = None,
+    ) -> None:
+        self.connection = connection
+        self.max_pending_bytes = max_pending_bytes
+        self.grace_s = grace_s
+        self.transport = transport
+        self.user_id = user_id
+        self.metrics = metrics
+        self.on_cut = on_cut
+        self.error: SlowReader | None = None
+        self._followers: dict[Follower, None] = {}
+        self._writes = 0
+        self._over_timer: asyncio.TimerHandle | None = None
+        self._stall_timer: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    @property
+    def pending_bytes(self) -> int:
+        """What the followers have not taken from their logs plus what the socket has not sent."""
+        unsent = self.connection.get_write_buffer_size() if self.connection is not None else 0
+        return sum(follower.backlog for follower in self._followers) + unsent
+
+    def watch(self, follower: Follower) -> None:
+        """Counts this follower's backlog from now on (until `unwatch`)."""
+        self._followers[follower] = None
+        follower.on_change = self.update
+        self.update()
+
+    def unwatch(self, follower: Follower) -> None:
+        if follower in self._followers:
+            del self._followers[follower]
+            follower.on_change = None
+            self.update()
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Wraps one write to the socket: a write blocked for the grace is a stalled reader."""
+        self._writes += 1
+        if self._writes == 1 and self.error is None and not self._closed:
+            self._stall_timer = asyncio.get_running_loop().call_later(self.grace_s, self._stalled)
+        try:
+            yield
+        finally:
+            self._writes -= 1
+            if self._writes == 0 and self._stall_timer is not None:
+                self._stall_timer.cancel()
+                self._stall_timer = None
+            self.update()
+
+    def update(self) -> None:
+        """Re-evaluates the bound (after a log append, a write, a follower coming or going)."""
+        if self.error is not None or self._closed:
+            return
+        if any(follower.overrun for follower in self._followers):
+            self.cut("overrun")
+        elif self.pending_bytes > self.max_pending_bytes:
+            if self._over_timer is None:
+                self._over_timer = asyncio.get_running_loop().call_later(self.grace_s, self._still_over)
+        elif self._over_timer is not None:
+            self._over_timer.cancel()
+            self._over_timer = None
+
+    def _still_over(self) -> None:
+        self._over_timer = None
+        if self.pending_bytes > self.max_pending_bytes:
+            self.cut("pending")
+
+    def _stalled(self) -> None:
+        self._stall_timer = None
+        self.cut("stalled")
+
+    def cut(self, reason: str) -> None:
+        """Cuts the connection (once): counts, logs, stops the deliveries, arms the abort."""
+        if self.error is not None or self._closed:
+            return
+        pending = self.pending_bytes
+        self.error = SlowReader(reason, pending_bytes=pending)
+        self._cancel_timers()
+        culprit = max(self._followers, key=lambda follower: follower.backlog, default=None)
+        if self.metrics is not None:
+            self.metrics.slow_readers_cut.labels(transport=self.transport, reason=reason).inc()
+        log.warning("slow_reader_cut", transport=self.transport, reason=reason, user_id=self.user_id,
+                    chat_id=culprit.log.key[1] if culprit is not None else None, pending_bytes=pending,
+                    max_pending_bytes=self.max_pending_bytes)
+        if self.connection is not None:
+            asyncio.get_running_loop().call_later(CUT_TIMEOUT_S, _abort_unless_closed, self.connection)
+        for follower in self._followers:
+            follower.log.wake()
+        if self.on_cut is not None:
+            self.on_cut(self.error)
+
+    def close(self) -> None:
+        """The connection has ended: no more timers, no more cuts."""
+        self._closed = True
+        self._cancel_timers()
+        for follower in self._followers:
+            follower.on_change = None
+        self._followers.clear()
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._over_timer, self._stall_timer):
+            if timer is not None:
+                timer.cancel()
+        self._over_timer = self._stall_timer = None
+
+
+def stop_runs(conn: Connection) -> None:
+    """A cut connection's runs stop now, not once its handler has ended (unless they detach);
+    leaving the connection then waits for them."""
+    for run in list(conn.runs):
+        if run.active and not run.detached:
+            run.cancel()
+
+
+def _abort_unless_closed(connection: asyncio.Transport) -> None:
+    """A cut connection that has not closed and flushed in time is dropped, unsent bytes and all."""
+    if not connection.is_closing() or connection.get_write_buffer_size():
+        log.debug("slow_reader_aborted", unsent_bytes=connection.get_write_buffer_size())
+        connection.abort()
+
 
 async def deliver(
-    log: StreamLog, transport: Transport, *, start: int = 0, keepalive_s: float = 15.0, replay: bool = False
+    follower: Follower, transport: Transport, *, keepalive_s: float | None = 15.0,
+    guard: SlowReaderGuard | None = None,
 ) -> None:
-    """Sends the log's chunks from `start` on until it is closed, with keep-alives when idle.
+    """Sends the follower's chunks until its log is closed and read, with keep-alives when idle.
 
-    `replay`: a resume, which rebuilds a continued message before its new chunks.
+    Args:
+        follower: where to read (attached by the caller, which also detaches it).
+        transport: where to write.
+        keepalive_s: idle time before a keep-alive; None: none.
+        guard: the connection's slow-reader guard.
+
+    Raises:
+        SlowReader: the guard cut the connection (after `transport.abort()`).
+        FollowerOverrun: without a guard, the follower fell behind past its budget.
     """
+    stream_log = follower.log
     loop = asyncio.get_running_loop()
-    last_sent = loop.time()
-
-    async def pump() -> None:
-        nonlocal last_sent
-        async for sequence, wire in log.follow(start, replay=replay):
-            adapted = adapt_wire(wire, transport.major)
-            if adapted is not None:
-                await transport.send(sequence, adapted)
-            last_sent = loop.time()
-
-    async def beat() -> None:
-        nonlocal last_sent
-        while True:
-            await asyncio.sleep(max(0.0, last_sent + keepalive_s - loop.time()))
-            if loop.time() - last_sent >= keepalive_s:
+    if guard is not None:
+        guard.watch(follower)
+    try:
+        last_sent = loop.time()
+        while guard is None or guard.error is None:
+            try:
+                entry = follower.take()
+            except FollowerOverrun:
+                if guard is not None:
+                    guard.cut("overrun")
+                if guard is None or guard.error is None:  # no guard, or its connection has ended
+                    raise
+                break
+            if entry is not None:
+                await transport.send_entry(entry)
+                last_sent = loop.time()
+            elif stream_log.closed:
+                await transport.close()
+                stream_log.delivered = True
+                return
+            elif keepalive_s is None:
+                await stream_log.changed()
+            elif (idle_s := last_sent + keepalive_s - loop.time()) > 0:
+                await stream_log.changed(idle_s)
+            else:
                 await transport.keepalive()
                 last_sent = loop.time()
-
-    beat_task = loop.create_task(beat())
-    try:
-        await pump()
     finally:
-        beat_task.cancel()
-        try:
-            await beat_task
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-    await transport.close()
-    log.delivered = True
+        if guard is not None:
+            guard.unwatch(follower)
+    assert guard is not None and guard.error is not None
+    await transport.abort(guard.error)
+    raise guard.error

@@ -3,11 +3,15 @@
 Disconnects: the app runs with aiohttp's `handler_cancellation`, so a client that goes away
 cancels its handler at once; leaving `registry.connection()` then stops the run (unless runs
 detach on disconnect) and waits for it, so no tool runs after the client is gone.
+
+Slow readers: each response has a `SlowReaderGuard` (transports.base). A cut response gets an
+`error` chunk and `[DONE]` if they can still be written in time, then its connection is closed
+(or aborted, when it cannot flush); the handler returns and the run stops as on a disconnect.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import uuid
 from typing import Any
 
@@ -15,41 +19,83 @@ import structlog
 from aiohttp import web
 from pydantic import ValidationError
 
-from gateway import encoding
+from gateway import encoding, jsonparse
 from gateway.auth import AnonymousAuth
 from gateway.chat import RequestContext
-from gateway.errors import BadRequest, GatewayError, LimitReached, PayloadTooLarge
+from gateway.errors import BadRequest, GatewayError, HistoryTooLong, LimitReached, PayloadTooLarge, SlowReader
 from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS
-from gateway.requests import ChatRequest
-from transports.base import Transport, deliver
+from gateway.registry import Connection
+from gateway.requests import ChatRequest, message_count, validate_chat_request
+from transports.base import SlowReaderGuard, Transport, deliver, stop_runs
 
-__all__ = ["SSETransport", "caller_of", "chat_post", "chat_resume", "chat_stop", "client_major"]
+__all__ = ["SSETransport", "caller_of", "chat_post", "chat_resume", "chat_stop", "client_major", "slow_reader_guard"]
 
 log = structlog.get_logger("transports.sse")
 
 
 class SSETransport(Transport):
-    def __init__(self, request: web.Request, major: int) -> None:
+    def __init__(self, request: web.Request, major: int, guard: SlowReaderGuard | None = None) -> None:
         self.request = request
         self.major = major
+        self.guard = guard
         self.response = web.StreamResponse(status=200, headers=encoding.SSE_HEADERS)
+
+    async def _write(self, data: bytes) -> None:
+        if self.guard is None:
+            await self.response.write(data)
+            return
+        with self.guard.writing():
+            await self.response.write(data)
 
     async def open(self) -> None:
         if self.request.version >= (1, 1):
             self.response.headers["Connection"] = "keep-alive"
         await self.response.prepare(self.request)
         # Flush headers and a first byte at once, so proxies and clients see the stream open.
-        await self.response.write(encoding.SSE_OPEN)
+        await self._write(encoding.SSE_OPEN)
 
     async def send(self, sequence: int, chunk: dict[str, Any]) -> None:
-        await self.response.write(encoding.sse_event(chunk))
+        await self._write(encoding.sse_event(chunk))
+
+    async def send_encoded(self, sequence: int, chunk: bytes) -> None:
+        await self._write(encoding.sse_data(chunk))
 
     async def keepalive(self) -> None:
-        await self.response.write(encoding.SSE_KEEPALIVE)
+        await self._write(encoding.SSE_KEEPALIVE)
 
     async def close(self) -> None:
-        await self.response.write(encoding.SSE_DONE)
+        await self._write(encoding.SSE_DONE)
         await self.response.write_eof()
+
+    async def abort(self, error: GatewayError) -> None:
+        """A cut stream: an `error` chunk and `[DONE]` if they can still be written (the guard
+        aborts the connection `CUT_TIMEOUT_S` after the cut, which ends a write that cannot),
+        then the connection is closed instead of kept alive."""
+        self.response.force_close()
+        if not self.response.prepared:
+            return
+        try:
+            await self.response.write(encoding.sse_event({"type": "error", "errorText": error.message})
+                                      + encoding.SSE_DONE)
+            await self.response.write_eof()
+        except ConnectionError:
+            log.debug("slow_reader_error_not_sent")
+
+
+def slow_reader_guard(request: web.Request, user_id: str, conn: Connection | None = None) -> SlowReaderGuard:
+    """The guard of one SSE response (`--max-pending-bytes`, `--slow-reader-grace-s`); a cut
+    stops the runs `conn` owns."""
+    settings = request.app[SETTINGS]
+    connection = request.transport
+    return SlowReaderGuard(
+        connection if isinstance(connection, asyncio.Transport) else None,
+        max_pending_bytes=settings.max_pending_bytes,
+        grace_s=settings.slow_reader_grace_s,
+        transport="sse",
+        user_id=user_id,
+        metrics=request.app[SERVICE].metrics,
+        on_cut=None if conn is None else lambda _error: stop_runs(conn),
+    )
 
 
 def client_major(headers: Any) -> int:
@@ -71,6 +117,10 @@ def error_response(error: GatewayError) -> web.Response:
 
 
 async def _read_body(request: web.Request, limit: int) -> ChatRequest:
+    """The request's `ChatRequest`: size, JSON depth (`--max-json-depth`) and history length
+    (`--max-history-messages`) are checked before anything is validated; a large body is checked
+    and validated in slices that give the event loop back (see `gateway.jsonparse`)."""
+    settings = request.app[SETTINGS]
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge()
     raw = bytearray()
@@ -79,13 +129,17 @@ async def _read_body(request: web.Request, limit: int) -> ChatRequest:
         if len(raw) > limit:
             raise PayloadTooLarge()
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise BadRequest("The body is not valid JSON.", code="invalid_json") from None
+        data = await jsonparse.loads_async(raw, max_depth=settings.max_json_depth)
+    except jsonparse.JsonRejected as exc:
+        raise BadRequest(exc.message, code="invalid_json", detail=exc.reason) from None
     if not isinstance(data, dict):
         raise BadRequest("The body must be a JSON object.", code="invalid_body")
+    count = message_count(data)
+    if count > settings.max_history_messages:
+        raise HistoryTooLong(f"The chat history has {count} messages; at most "
+                             f"{settings.max_history_messages} are accepted.")
     try:
-        return ChatRequest.model_validate(data)
+        return await validate_chat_request(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -113,9 +167,17 @@ async def chat_post(request: web.Request) -> web.StreamResponse:
                 if not isinstance(exc, LimitReached):  # a cap's refusal was logged where it was decided
                     log.info("request_refused", code=exc.error_code, status=exc.status, detail=exc.detail)
                 return error_response(exc)
-            transport = SSETransport(request, ctx.major)
-            await transport.open()
-            await deliver(run.log, transport, keepalive_s=settings.keepalive_s)
+            # Attached before the next await, so the log keeps every chunk of the run for us.
+            guard = slow_reader_guard(request, ctx.user_id, conn)
+            with run.log.attach(0, budget=guard.max_pending_bytes) as follower:
+                transport = SSETransport(request, ctx.major, guard)
+                try:
+                    await transport.open()
+                    await deliver(follower, transport, keepalive_s=settings.keepalive_s, guard=guard)
+                except SlowReader:
+                    pass  # counted and logged by the guard; leaving the connection stops the run
+                finally:
+                    guard.close()
             return transport.response
 
 
@@ -127,11 +189,18 @@ async def chat_resume(request: web.Request) -> web.StreamResponse:
     stream_log = await service.streams.lookup((user_id, chat_id))
     if stream_log is None:
         return web.Response(status=204)
-    async with service.registry.connection("sse-resume"):
-        transport = SSETransport(request, client_major(request.headers))
-        await transport.open()
-        await deliver(stream_log, transport, keepalive_s=settings.keepalive_s, replay=True)
-        return transport.response
+    guard = slow_reader_guard(request, user_id)
+    with stream_log.attach(0, replay=True, budget=guard.max_pending_bytes) as follower:
+        async with service.registry.connection("sse-resume"):
+            transport = SSETransport(request, client_major(request.headers), guard)
+            try:
+                await transport.open()
+                await deliver(follower, transport, keepalive_s=settings.keepalive_s, guard=guard)
+            except SlowReader:
+                pass  # counted and logged by the guard
+            finally:
+                guard.close()
+            return transport.response
 
 
 async def chat_stop(request: web.Request) -> web.Response:

@@ -11,6 +11,11 @@ stream log. When the socket closes — by the client, a failed heartbeat, or shu
 the registry connection stops every run it started (unless runs detach on disconnect), ends a
 live session, and cancels and awaits every delivery task.
 
+Slow readers: the socket has one `SlowReaderGuard` (transports.base) over all its requests and
+frames. A cut socket stops its deliveries and closes with 4008 "slow"; if the close frame cannot
+be flushed within `CUT_TIMEOUT_S` the guard aborts the socket, so a blocked write never keeps the
+close from happening.
+
 Bad frames: a frame that is not JSON, of an unknown type, or with wrong field types gets an
 `error` frame (with its `requestId` when one can be read) and the socket stays open; after
 `MAX_BAD_FRAMES` bad frames the socket is closed with 1008. Oversized frames are closed by
@@ -22,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import json
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, Final
@@ -31,11 +35,11 @@ import structlog
 from aiohttp import WSCloseCode, WSMsgType, web
 from pydantic import ValidationError
 
-from gateway import encoding
+from gateway import encoding, jsonparse
 from gateway.approval import ApprovalRefused
 from gateway.auth import bearer_token, redact
 from gateway.chat import RequestContext
-from gateway.errors import GatewayError, LimitReached, OriginRefused, Unauthorized
+from gateway.errors import GatewayError, HistoryTooLong, LimitReached, OriginRefused, SlowReader, Unauthorized
 from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS, SOCKETS
 from gateway.registry import ChatRun, Connection, SendVerdict
 from gateway.requests import (
@@ -50,10 +54,11 @@ from gateway.requests import (
     LiveToolOutputFrame,
     ResumeFrame,
     SendFrame,
-    parse_frame,
+    message_count,
+    validate_frame,
 )
 from gateway.streams import StreamLog
-from transports.base import Transport, deliver
+from transports.base import SlowReaderGuard, Transport, deliver, stop_runs
 from transports.sse import caller_of, client_major
 
 if TYPE_CHECKING:
@@ -86,8 +91,15 @@ class WebSocketRequestTransport(Transport):
         await self.socket.send(encoding.ws_chunk(self.request_id, self.sequence, chunk))
         self.sequence += 1
 
+    async def send_encoded(self, sequence: int, chunk: bytes) -> None:
+        await self.socket.send_frame(encoding.ws_chunk_encoded(self.request_id, self.sequence, chunk))
+        self.sequence += 1
+
     async def keepalive(self) -> None:
         """Idle sockets are kept alive by WebSocket pings (aiohttp's heartbeat)."""
+
+    async def abort(self, error: GatewayError) -> None:
+        """A cut request: the socket itself closes with 4008 (`SocketSession._on_slow`)."""
 
     async def close(self) -> None:
         await self.socket.send(encoding.ws_end(self.request_id))
@@ -134,13 +146,47 @@ class SocketSession:
         self.live_sequence = 0
         self.bad_frames = 0
         self._send_lock = asyncio.Lock()
+        connection = request.transport
+        self.guard = SlowReaderGuard(
+            connection if isinstance(connection, asyncio.Transport) else None,
+            max_pending_bytes=settings.max_pending_bytes,
+            grace_s=settings.slow_reader_grace_s,
+            transport="ws",
+            user_id=user_id,
+            metrics=service.metrics,
+            on_cut=self._on_slow,
+        )
+        self._slow_close: asyncio.Task[Any] | None = None
 
     async def send(self, text: str) -> None:
         async with self._send_lock:
-            if not self.ws.closed:
-                await self.ws.send_str(text)
+            if not self.ws.closed and self.guard.error is None:
+                with self.guard.writing():
+                    await self.ws.send_str(text)
+
+    async def send_frame(self, text: bytes) -> None:
+        """Sends a text frame given as UTF-8 (a chunk serialised once, when it was logged)."""
+        async with self._send_lock:
+            if not self.ws.closed and self.guard.error is None:
+                with self.guard.writing():
+                    await self.ws.send_frame(text, WSMsgType.TEXT)
+
+    def _on_slow(self, error: GatewayError) -> None:
+        """The guard cut this socket: its runs stop and it closes with 4008. Not cancelled
+        mid-write: the guard's timer aborts the socket if the close frame cannot be flushed in time."""
+        stop_runs(self.conn)
+        if self._slow_close is None:
+            self._slow_close = self.conn.spawn(
+                self.ws.close(code=error.close_code, message=b"slow"), "slow-close"
+            )
 
     async def serve(self) -> None:
+        try:
+            await self._read_frames()
+        finally:
+            self.guard.close()
+
+    async def _read_frames(self) -> None:
         async for message in self.ws:
             if message.type is WSMsgType.TEXT:
                 await self._on_text(message.data)
@@ -163,9 +209,12 @@ class SocketSession:
 
     async def _on_text(self, data: str) -> None:
         try:
-            raw = json.loads(data)
-        except json.JSONDecodeError:
-            await self._bad_frame(None, "The frame is not JSON.", "invalid_json", "not_json")
+            raw = await jsonparse.loads_async(data, max_depth=self.settings.max_json_depth)
+        except jsonparse.JsonRejected as exc:
+            if exc.reason == "depth":
+                await self._bad_frame(None, exc.message, "invalid_json", "too_deep")
+            else:
+                await self._bad_frame(None, "The frame is not JSON.", "invalid_json", "not_json")
             return
         request_id = raw.get("requestId") if isinstance(raw, dict) else None
         request_id = request_id if isinstance(request_id, str) else None
@@ -178,8 +227,17 @@ class SocketSession:
             await self._bad_frame(request_id, f"Unknown frame type {str(frame_type)[:40]!r}.", "unknown_type",
                                   "unknown_type")
             return
+        count = message_count(raw) if frame_type == "send" else 0
+        if count > self.settings.max_history_messages and request_id is not None:
+            # A long history is no protocol violation: the request is refused, the socket is fine.
+            error = HistoryTooLong(f"The chat history has {count} messages; at most "
+                                   f"{self.settings.max_history_messages} are accepted.")
+            self.service.metrics.request_errors.labels(code=error.error_code).inc()
+            log.info("request_refused", code=error.error_code, request_id=request_id)
+            await self.send(encoding.ws_error(request_id, error.message, error.error_code))
+            return
         try:
-            frame = parse_frame(data)
+            frame = await validate_frame(raw)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"][1:]) or "frame"
@@ -189,14 +247,25 @@ class SocketSession:
         await self._dispatch(frame)
 
     async def _dispatch(self, frame: ClientFrame) -> None:
-        if isinstance(frame, SendFrame):
-            await self._on_send(frame)
-        elif isinstance(frame, ResumeFrame):
-            await self._on_resume(frame)
-        elif isinstance(frame, AbortFrame):
-            await self._on_abort(frame)
-        else:
-            await self._on_live(frame)
+        """Handles one frame. Whatever fails inside (a session store that raises, a bug) ends that
+        request with an `error` frame; the socket and its other requests carry on."""
+        try:
+            if isinstance(frame, SendFrame):
+                await self._on_send(frame)
+            elif isinstance(frame, ResumeFrame):
+                await self._on_resume(frame)
+            elif isinstance(frame, AbortFrame):
+                await self._on_abort(frame)
+            else:
+                await self._on_live(frame)
+        except GatewayError as exc:
+            self.service.metrics.request_errors.labels(code=exc.error_code).inc()
+            log.info("request_refused", code=exc.error_code, detail=exc.detail, request_id=frame.requestId)
+            await self.send(encoding.ws_error(frame.requestId, exc.message, exc.error_code))
+        except Exception as exc:
+            self.service.metrics.request_errors.labels(code="internal_error").inc()
+            log.exception("request_failed", request_id=frame.requestId, frame_type=frame.type, error=repr(exc))
+            await self.send(encoding.ws_error(frame.requestId, "The request failed; try again.", "internal_error"))
 
     async def _context(self, headers: dict[str, str], request_id: str) -> RequestContext | None:
         """The request's context: always the socket's own user. Frame headers only pick the `ai`
@@ -287,16 +356,23 @@ class SocketSession:
         source = stream_log if stream_log is not None else run.log if run is not None else None
         if source is None:
             return
+        # Attached now, before any await, so the log keeps every chunk from `start` for us.
+        follower = source.attach(start, replay=stream_log is not None, budget=self.guard.max_pending_bytes)
 
         async def delivery() -> None:
             try:
                 await transport.open()
-                await deliver(source, transport, start=start, keepalive_s=3600, replay=stream_log is not None)
+                await deliver(follower, transport, keepalive_s=None, guard=self.guard)
+            except SlowReader:
+                pass  # the socket is closing with 4008; the guard counted and logged the cut
             finally:
+                follower.detach()
                 self.deliveries.pop(request_id, None)
                 self.runs.pop(request_id, None)
 
-        self.deliveries[request_id] = self.conn.spawn(delivery(), f"deliver:{request_id}")
+        task = self.conn.spawn(delivery(), f"deliver:{request_id}")
+        task.add_done_callback(lambda _task: follower.detach())  # also when cancelled before it ran
+        self.deliveries[request_id] = task
 
     async def _on_abort(self, frame: AbortFrame) -> None:
         run = self.runs.get(frame.requestId)

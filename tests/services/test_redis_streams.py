@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -15,7 +16,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from gateway.app import make_app
 from gateway.config import Settings
 from gateway.keys import REGISTRY
-from gateway.redis_streams import LOST_WRITER_TEXT, RedisStreamStore, RemoteStreamLog
+from gateway.redis_streams import INCOMPLETE_TEXT, LOST_WRITER_TEXT, RedisStreamStore, RemoteStreamLog
 from gateway.streams import StreamLog
 
 from .conftest import chat_body, read_sse
@@ -226,3 +227,121 @@ async def test_stop_on_another_instance(redis_url: str) -> None:
         again = await a.post("/api/chat", json=chat_body(chat_id, "/echo again"))
         assert again.status == 200
         assert "again" in (await read_sse(again)).text()
+
+
+# --- bounds ----------------------------------------------------------------------------------------
+
+
+async def _stream_bytes(redis_url: str, key: str) -> tuple[int, list[str]]:
+    """The bytes of chunk JSON a Redis stream holds, and its entry ids."""
+    client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        entries = await client.xrange(key)
+    finally:
+        await client.aclose()
+    return sum(len(fields["c"].encode()) for _id, fields in entries if "c" in fields), [i for i, _f in entries]
+
+
+async def test_the_redis_stream_is_capped_in_bytes_and_live_remote_readers_keep_up(redis_url: str) -> None:
+    prefix = f"test:{uuid.uuid4().hex[:8]}"
+    options: dict[str, Any] = {"retention_s": 30.0, "max_bytes": 4096, "prefix": prefix, "block_s": 0.2}
+    writer, reader = RedisStreamStore(redis_url, **options), RedisStreamStore(redis_url, **options)
+    try:
+        key = ("u", f"capped-{uuid.uuid4().hex[:6]}")
+        log = StreamLog(key=key, max_bytes=writer.max_bytes)
+        writer.add(log)
+        log.append({"type": "start"})
+        remote = await _lookup_until(reader, key)
+        tail = asyncio.ensure_future(_collect(remote))
+        sent = [{"type": "text-delta", "id": "t", "delta": f"{i:04d}" + "x" * 200} for i in range(100)]
+        for wire in sent:  # 20 KiB, at a pace the mirror and the remote reader keep up with
+            log.append(wire)
+            await asyncio.sleep(0.002)
+        log.append({"type": "finish"})
+        log.close()
+        items = await asyncio.wait_for(tail, 10)
+        # The remote reader saw every chunk, in order, although neither log kept them all.
+        assert [chunk for _, chunk in items] == [{"type": "start"}, *sent, {"type": "finish"}]
+        assert [seq for seq, _ in items] == list(range(102))
+        assert log.overflowed and remote.overflowed
+        mirror = writer._mirrors[key]
+        assert mirror.task is not None
+        await asyncio.wait({mirror.task}, timeout=5)
+        held, ids = await _stream_bytes(redis_url, mirror.keys.chunks)
+        assert held <= 4096 + len(json.dumps(sent[-1], separators=(",", ":")))
+        assert ids[0] != "0-1" and ids[-1] == "0-103"  # trimmed from the start; the end entry is last
+        # Over its budget: not resumable, from either process.
+        assert await reader.lookup(key) is None
+        assert await writer.lookup(key) is None
+    finally:
+        await writer.aclose()
+        await reader.aclose()
+
+
+async def test_concurrent_resumes_share_one_reader(stores: tuple[RedisStreamStore, RedisStreamStore]) -> None:
+    writer, reader = stores
+    key = ("u", f"shared-{uuid.uuid4().hex[:6]}")
+    log = StreamLog(key=key, max_bytes=writer.max_bytes)
+    writer.add(log)
+    for i in range(3):
+        log.append({"type": "text-delta", "id": "t", "delta": str(i)})
+    first = await _lookup_until(reader, key)
+    second = await reader.lookup(key)
+    assert second is first
+    tails = [asyncio.ensure_future(_collect(first)), asyncio.ensure_future(_collect(first, start=2))]
+
+    def pullers() -> list[asyncio.Task[Any]]:
+        return [t for t in reader._readers if t.get_name().startswith("redis-pull:") and not t.done()]
+
+    for _ in range(100):
+        if first.followers == 2 and first.end == 3:
+            break
+        await asyncio.sleep(0.01)
+    assert len(pullers()) == 1, "one XREAD loop for the stream, however many follow it here"
+    third = await reader.lookup(key)
+    assert third is first
+    log.append({"type": "finish"})
+    log.close()
+    everything, tail = await asyncio.wait_for(asyncio.gather(*tails), 5)
+    assert [seq for seq, _ in everything] == [0, 1, 2, 3]
+    assert [seq for seq, _ in tail] == [2, 3]
+    assert not pullers()
+
+
+class _GatedStore(RedisStreamStore):
+    """A store whose writes to Redis wait for a gate: Redis slower than the run."""
+
+    gate: asyncio.Event
+
+    async def _write(self, mirror: Any, batch: Any) -> None:
+        await self.gate.wait()
+        await super()._write(mirror, batch)
+
+
+async def test_a_mirror_that_falls_behind_past_the_budget_ends_remote_readers(redis_url: str) -> None:
+    prefix = f"test:{uuid.uuid4().hex[:8]}"
+    options: dict[str, Any] = {"retention_s": 30.0, "max_bytes": 2048, "prefix": prefix, "block_s": 0.2}
+    writer, reader = _GatedStore(redis_url, **options), RedisStreamStore(redis_url, **options)
+    writer.gate = asyncio.Event()
+    writer.gate.set()
+    try:
+        key = ("u", f"behind-{uuid.uuid4().hex[:6]}")
+        log = StreamLog(key=key, max_bytes=writer.max_bytes)
+        writer.add(log)
+        log.append({"type": "start"})
+        remote = await _lookup_until(reader, key)
+        tail = asyncio.ensure_future(_collect(remote))
+        await asyncio.sleep(0.05)
+        writer.gate.clear()  # Redis stalls; the run goes on
+        for _ in range(40):
+            log.append({"type": "text-delta", "id": "t", "delta": "x" * 100})
+        mirror = writer._mirrors[key]
+        assert mirror.follower.overrun
+        assert log.kept_bytes <= 2048 + 200, "the local log kept chunks for a writer that fell behind"
+        writer.gate.set()
+        items = await asyncio.wait_for(tail, 10)
+        assert items[-1][1] == {"type": "error", "errorText": INCOMPLETE_TEXT}
+        assert await reader.lookup(key) is None
+    finally:
+        await writer.aclose()
+        await reader.aclose()

@@ -1,0 +1,317 @@
+"""Bad input never becomes a 5xx or a silent close.
+
+Deep JSON is a 400 `invalid_json` over HTTP and an `error` frame over WebSocket (the socket keeps
+answering); invalid UTF-8 in a text frame closes with 1007; an unexpected failure inside one
+WebSocket request ends that request only; a history past `--max-history-messages` is a 413, and a
+long history never stalls the event loop (a ticker in the test measures it); tool error text is
+scrubbed like model error text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import WSMsgType
+from aiohttp.test_utils import TestClient
+from google.adk.agents import LlmAgent
+from google.adk.sessions import InMemorySessionService, Session
+from google.adk.tools.function_tool import FunctionTool
+
+from agents.adk import AgentHost
+from gateway.keys import METRICS, REGISTRY
+
+from .conftest import StartGateway
+from .support import LiveStream, ToolLog, chat_body, counting_agent, post_chat, settings, user_message, wait_for
+
+Frame = dict[str, Any]
+WAIT_S = 5.0
+
+DEEP_ARRAY = "[" * 5_000 + "]" * 5_000
+# The history cap of the stall tests. Each model call makes ADK walk the whole session on the loop
+# (its in-memory store deep-copies it, the request builder copies every event), about 45 us per
+# message on a 2-core test machine: 1,000 messages come close to 50 ms, 500 stay well under.
+HISTORY_CAP = 500
+
+
+def metric(client: TestClient[Any, Any], name: str, **labels: str) -> float:
+    value = client.app[METRICS].registry.get_sample_value(name, labels)
+    return value or 0.0
+
+
+def send_frame(request_id: str, chat_id: str, messages: list[Frame], **extra: Any) -> Frame:
+    return {"type": "send", "requestId": request_id, "id": chat_id, "trigger": "submit-message",
+            "messages": messages, "headers": {}, "body": {}, **extra}
+
+
+async def frames_until(ws: aiohttp.ClientWebSocketResponse, done: Callable[[list[Frame]], bool]) -> list[Frame]:
+    frames: list[Frame] = []
+    async with asyncio.timeout(WAIT_S):
+        while not done(frames):
+            message = await ws.receive()
+            assert message.type is WSMsgType.TEXT, message
+            frames.append(json.loads(message.data))
+    return frames
+
+
+def ended(request_id: str) -> Callable[[list[Frame]], bool]:
+    return lambda frames: any(f.get("requestId") == request_id and f["type"] in ("end", "error") for f in frames)
+
+
+async def echo_works(ws: aiohttp.ClientWebSocketResponse) -> None:
+    rid = f"ok-{uuid.uuid4().hex[:6]}"
+    await ws.send_json(send_frame(rid, f"chat-{rid}", [user_message("/echo still here")]))
+    frames = await frames_until(ws, ended(rid))
+    assert frames[-1] == {"type": "end", "requestId": rid}, frames[-1]
+    text = "".join(f["chunk"]["delta"] for f in frames if f["type"] == "chunk" and f["chunk"]["type"] == "text-delta")
+    assert text == "still here"
+
+
+async def assert_still_serving(client: TestClient[Any, Any]) -> None:
+    reply = await post_chat(client, chat_body(f"ok-{uuid.uuid4().hex[:6]}", [user_message("/echo ok")]))
+    assert reply.status == 200 and reply.text == "ok" and reply.done
+
+
+# --- deep and malformed JSON ------------------------------------------------------------------------
+
+
+async def test_five_thousand_nested_arrays_are_a_400_not_a_500(gateway: StartGateway) -> None:
+    client = await gateway()
+    for body in (DEEP_ARRAY, '{"id": "c", "messages": ' + DEEP_ARRAY + "}", '{"a":' * 5_000 + "1" + "}" * 5_000):
+        reply = await post_chat(client, body.encode(), headers={"Content-Type": "application/json"})
+        assert reply.status == 400, (reply.status, reply.body)
+        assert reply.error_code == "invalid_json"
+        assert "nested" in reply.body["error"]["message"]  # type: ignore[index]
+    assert metric(client, "adk_gateway_request_errors_total", code="invalid_json") == 3
+    await assert_still_serving(client)
+
+
+async def test_depth_limit_is_the_configured_one(gateway: StartGateway) -> None:
+    client = await gateway(settings(max_json_depth=16))
+
+    def body_with_extra(depth: int) -> dict[str, Any]:
+        extra: Any = 1
+        for _ in range(depth - 1):  # the body object itself is the first level
+            extra = [extra]
+        return chat_body(f"d{depth}", [user_message("/echo deep enough")], extra=extra)
+
+    fits = await post_chat(client, body_with_extra(16))
+    assert fits.status == 200 and fits.text == "deep enough"
+    too_deep = await post_chat(client, body_with_extra(17))
+    assert too_deep.status == 400 and too_deep.error_code == "invalid_json"
+
+
+async def test_a_deep_frame_gets_an_error_and_the_socket_answers_the_next_send(gateway: StartGateway) -> None:
+    client = await gateway()
+    async with client.ws_connect("/api/chat/ws") as ws:
+        await ws.send_str(DEEP_ARRAY)
+        [error] = await frames_until(ws, lambda frames: len(frames) == 1)
+        assert error["type"] == "error" and error["code"] == "invalid_json"
+        assert "nested" in error["errorText"]
+        # Deep inside an otherwise good frame: refused the same way, with nothing started.
+        deep_body = send_frame("deep", "chat-deep", [user_message("/echo no")], body={"x": json.loads("[" * 100 + "]"
+                                                                                                       * 100)})
+        await ws.send_json(deep_body)
+        [error] = await frames_until(ws, lambda frames: len(frames) == 1)
+        assert error["type"] == "error" and error["code"] == "invalid_json"
+        assert client.app[REGISTRY].counts()["runs"] == 0
+        await echo_works(ws)
+        assert not ws.closed
+
+
+async def test_invalid_utf8_in_a_text_frame_closes_with_1007(gateway: StartGateway) -> None:
+    client = await gateway()
+    async with client.ws_connect("/api/chat/ws") as other:
+        async with client.ws_connect("/api/chat/ws") as ws:
+            await ws.send_frame(b'{"type": "send", "x": "\xff\xfe"}', WSMsgType.TEXT)
+            async with asyncio.timeout(WAIT_S):
+                message = await ws.receive()
+            assert message.type is WSMsgType.CLOSE, message
+            assert message.data == 1007  # WSCloseCode.INVALID_TEXT
+        await echo_works(other)  # another socket never notices
+    await wait_for(lambda: client.app[REGISTRY].counts() == {"connections": 0, "runs": 0}, what="cleanup")
+
+
+# --- one request fails, the socket carries on -------------------------------------------------------
+
+
+class FailingStore(InMemorySessionService):
+    """A session store that fails for one chat (a broken row, a driver bug)."""
+
+    async def get_session(self, **kwargs: Any) -> Session | None:
+        if kwargs.get("session_id") == "broken":
+            raise RuntimeError("disk on fire at /var/lib/gateway/sessions.db")
+        return await super().get_session(**kwargs)
+
+
+async def test_a_store_failure_ends_only_its_own_request_on_a_shared_socket(gateway: StartGateway) -> None:
+    host = AgentHost(counting_agent(ToolLog()), FailingStore(), max_llm_calls=25)
+    client = await gateway(host=host)
+    async with client.ws_connect("/api/chat/ws") as ws:
+        await ws.send_json(send_frame("long", "fine", [user_message("/stream 30 20")]))
+        frames = await frames_until(ws, lambda new: any(f["type"] == "chunk" for f in new))
+        await ws.send_json(send_frame("doomed", "broken", [user_message("/echo never")]))
+        frames += await frames_until(ws, ended("doomed"))
+        [error] = [f for f in frames if f.get("requestId") == "doomed"]
+        assert error["type"] == "error" and error["code"] == "internal_error"
+        assert "/var/lib" not in error["errorText"]
+        # The other request on the socket goes on to its end, and the socket takes new ones.
+        frames += await frames_until(ws, ended("long"))
+        long = [f for f in frames if f.get("requestId") == "long"]
+        assert long[-1] == {"type": "end", "requestId": "long"}
+        assert [f["sequence"] for f in long if f["type"] == "chunk"] == list(range(len(long) - 2))
+        await echo_works(ws)
+    assert metric(client, "adk_gateway_request_errors_total", code="internal_error") == 1
+    await wait_for(lambda: client.app[REGISTRY].counts() == {"connections": 0, "runs": 0}, what="cleanup")
+
+
+async def test_a_store_failure_over_http_is_a_json_500_without_detail(gateway: StartGateway) -> None:
+    host = AgentHost(counting_agent(ToolLog()), FailingStore(), max_llm_calls=25)
+    client = await gateway(host=host)
+    reply = await post_chat(client, chat_body("broken", [user_message("/echo never")]))
+    assert reply.status == 500 and reply.error_code == "internal_error", reply
+    assert "/var/lib" not in json.dumps(reply.body)
+    fine = await post_chat(client, chat_body("fine", [user_message("/echo still here")]))
+    assert fine.status == 200 and fine.text == "still here"
+
+
+# --- history size -----------------------------------------------------------------------------------
+
+
+def history(count: int, last_text: str = "/echo the end") -> list[Frame]:
+    """`count` alternating messages ending with a user message."""
+    messages: list[Frame] = []
+    for index in range(count - 1):
+        if (count - 1 - index) % 2 == 0:
+            messages.append(user_message(f"question {index}", f"u{index}"))
+        else:
+            messages.append({"id": f"a{index}", "role": "assistant",
+                             "parts": [{"type": "step-start"}, {"type": "text", "text": f"answer {index}"}]})
+    messages.append(user_message(last_text, f"u{count - 1}"))
+    return messages
+
+
+async def test_a_history_past_the_cap_is_413(gateway: StartGateway) -> None:
+    client = await gateway(settings(max_history_messages=5))
+    at_cap = await post_chat(client, chat_body("five", history(5)))
+    assert at_cap.status == 200 and at_cap.text == "the end"
+    past = await post_chat(client, chat_body("six", history(6)))
+    assert past.status == 413 and past.error_code == "history_too_long"
+    assert "6 messages" in past.body["error"]["message"]  # type: ignore[index]
+    await assert_still_serving(client)
+
+
+async def test_a_history_past_the_cap_over_a_socket_is_an_error_frame(gateway: StartGateway) -> None:
+    client = await gateway(settings(max_history_messages=5))
+    async with client.ws_connect("/api/chat/ws") as ws:
+        for index in range(12):  # not counted as bad frames: the socket is never closed for it
+            await ws.send_json(send_frame(f"long-{index}", "six", history(6)))
+            [error] = await frames_until(ws, lambda frames: len(frames) == 1)
+            assert error == {**error, "type": "error", "requestId": f"long-{index}", "code": "history_too_long"}
+        await echo_works(ws)
+
+
+class Ticker:
+    """Measures the longest time the event loop took to come back to a task that sleeps 1 ms."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        last = time.perf_counter()
+        while not self._stop.is_set():
+            await asyncio.sleep(0.001)
+            now = time.perf_counter()
+            self.longest = max(self.longest, now - last)
+            last = now
+
+    def __enter__(self) -> Ticker:
+        # Garbage left by earlier tests is collected first, so a full collection of it does not
+        # land in the measurement.
+        gc.collect()
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    async def stop(self) -> float:
+        self._stop.set()
+        assert self._task is not None
+        await self._task
+        return self.longest
+
+
+async def open_streams(client: TestClient[Any, Any], count: int) -> list[LiveStream]:
+    streams = [await LiveStream.open(client, chat_body(f"bg-{i}", [user_message("/stream 100000 100")]))
+               for i in range(count)]
+    for stream in streams:
+        await stream.take(2)
+    return streams
+
+
+async def close_streams(client: TestClient[Any, Any], streams: list[LiveStream]) -> None:
+    for stream in streams:
+        await stream.take(2)  # still streaming after the long request
+        stream.close()
+    await wait_for(lambda: client.app[REGISTRY].counts()["runs"] == 0, what="the streams to stop")
+
+
+async def test_ten_thousand_messages_past_the_cap_are_refused_without_stalling(gateway: StartGateway) -> None:
+    """10,000 messages with regenerate while 50 streams run, past the cap: a 413, and the loop never
+    stalls more than 50 ms while the 1 MiB body is read, parsed and counted."""
+    client = await gateway(settings(max_history_messages=HISTORY_CAP, max_runs_per_user=100))
+    streams = await open_streams(client, 50)
+    body = json.dumps(chat_body("huge", history(10_000), trigger="regenerate-message")).encode()
+    with Ticker() as ticker:
+        reply = await post_chat(client, body, headers={"Content-Type": "application/json"})
+        longest = await ticker.stop()
+    assert reply.status == 413 and reply.error_code == "history_too_long"
+    assert longest <= 0.050, f"the event loop stalled {longest * 1000:.0f} ms"
+    await close_streams(client, streams)
+
+
+async def test_a_history_at_the_cap_is_imported_without_stalling(gateway: StartGateway) -> None:
+    """A history at the cap with regenerate while 50 streams run: imported and answered, and the
+    loop never stalls more than 50 ms (parsing, validation and conversion run off the loop)."""
+    client = await gateway(settings(max_history_messages=HISTORY_CAP, max_runs_per_user=100))
+    streams = await open_streams(client, 50)
+    warm = await post_chat(client, chat_body("warm", history(5), trigger="regenerate-message"))
+    assert warm.status == 200  # first regenerate of the process: ADK's lazy imports happen here
+    body = json.dumps(chat_body("long", history(HISTORY_CAP), trigger="regenerate-message")).encode()
+    with Ticker() as ticker:
+        reply = await post_chat(client, body, headers={"Content-Type": "application/json"})
+        longest = await ticker.stop()
+    assert reply.status == 200 and reply.text == "the end", (reply.status, reply.body)
+    assert longest <= 0.050, f"the event loop stalled {longest * 1000:.0f} ms"
+    await close_streams(client, streams)
+
+
+# --- tool error text --------------------------------------------------------------------------------
+
+
+async def test_tool_error_text_is_scrubbed_like_model_errors(gateway: StartGateway) -> None:
+    async def leaky() -> dict[str, Any]:
+        """Fails, saying too much."""
+        return {"error": "boom at /srv/app/secrets/db.py line 3\nTraceback (most recent call last): ..."}
+
+    async def wordy() -> dict[str, Any]:
+        """Fails at length."""
+        return {"error": "x" * 5_000}
+
+    agent = LlmAgent(name="leaky_agent", model="scripted", instruction="Test.",
+                     tools=[FunctionTool(leaky), FunctionTool(wordy)])
+    client = await gateway(host=AgentHost(agent, InMemorySessionService(), max_llm_calls=5))
+    reply = await post_chat(client, chat_body("leak", [user_message("/tool leaky\n/tool wordy")]))
+    assert reply.status == 200 and reply.finish_reason == "stop"
+    first, second = reply.of_type("tool-output-error")
+    assert first["errorText"] == "boom at … line 3"
+    assert len(second["errorText"]) <= 300 and "\n" not in second["errorText"]

@@ -1,0 +1,244 @@
+"""Unit tests for the bounded session stores of agents.adk: the evicting `memory://` store, the
+store-call timeout, and the bulk history import."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from typing import Any
+
+import pytest
+from google.adk.events import Event
+from google.adk.sessions import InMemorySessionService, Session
+from google.genai import types
+
+from agents.adk import (
+    AgentHost,
+    GuardedSessionService,
+    MemorySessionService,
+    append_history_in_memory,
+    history_events,
+)
+from gateway.errors import StoreUnavailable
+from gateway.requests import UIMessage
+from tests.integration.support import ToolLog, counting_agent
+
+APP = "app"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_store(**kwargs: Any) -> tuple[MemorySessionService, FakeClock, list[str]]:
+    clock = FakeClock()
+    store = MemorySessionService(clock=clock, **kwargs)
+    evicted: list[str] = []
+    store.evicted = evicted.append
+    return store, clock, evicted
+
+
+async def chats(store: MemorySessionService, user: str = "u") -> set[str]:
+    return {s.id for s in (await store.list_sessions(app_name=APP, user_id=user)).sessions}
+
+
+async def test_idle_chats_are_dropped_after_the_ttl() -> None:
+    store, clock, evicted = make_store(ttl_s=60)
+    await store.create_session(app_name=APP, user_id="u", session_id="old")
+    clock.now += 30
+    await store.create_session(app_name=APP, user_id="u", session_id="newer")
+    clock.now += 31  # "old" is idle 61 s, "newer" 31 s
+    assert await store.get_session(app_name=APP, user_id="u", session_id="newer") is not None
+    assert await chats(store) == {"newer"}
+    assert evicted == ["idle"]
+
+
+async def test_using_a_chat_keeps_it() -> None:
+    store, clock, evicted = make_store(ttl_s=60)
+    session = await store.create_session(app_name=APP, user_id="u", session_id="kept")
+    for _ in range(5):
+        clock.now += 50
+        await store.append_event(session, Event(invocation_id="i", author="user", timestamp=clock.now))
+    assert await store.get_session(app_name=APP, user_id="u", session_id="kept") is not None
+    assert evicted == []
+
+
+async def test_past_the_cap_the_least_recently_used_goes_first() -> None:
+    store, clock, evicted = make_store(max_chats=3)
+    for name in ("a", "b", "c"):
+        clock.now += 1
+        await store.create_session(app_name=APP, user_id="u", session_id=name)
+    clock.now += 1
+    await store.get_session(app_name=APP, user_id="u", session_id="a")  # "b" is now the least recent
+    await store.create_session(app_name=APP, user_id="u", session_id="d")
+    assert await chats(store) == {"a", "c", "d"}
+    assert evicted == ["lru"]
+
+
+async def test_a_busy_chat_is_never_dropped() -> None:
+    store, clock, evicted = make_store(ttl_s=10, max_chats=2)
+    store.busy = lambda _user, chat: chat == "running"
+    await store.create_session(app_name=APP, user_id="u", session_id="running")
+    await store.create_session(app_name=APP, user_id="u", session_id="idle")
+    clock.now += 100
+    await store.create_session(app_name=APP, user_id="u", session_id="fresh")
+    assert await chats(store) == {"running", "fresh"}
+    assert evicted == ["idle"]
+    # Every chat busy and over the cap: nothing can go, and the store does not spin.
+    store.busy = lambda _user, _chat: True
+    await store.create_session(app_name=APP, user_id="u", session_id="more")
+    assert await chats(store) == {"running", "fresh", "more"}
+
+
+async def test_evicting_forgets_empty_users() -> None:
+    store, clock, _ = make_store(ttl_s=1)
+    await store.create_session(app_name=APP, user_id="gone", session_id="x")
+    clock.now += 5
+    await store.create_session(app_name=APP, user_id="other", session_id="y")
+    assert "gone" not in store.sessions[APP]
+
+
+async def test_delete_and_recreate_keeps_one_entry() -> None:
+    store, _, evicted = make_store(max_chats=1)
+    await store.create_session(app_name=APP, user_id="u", session_id="c")
+    await store.delete_session(app_name=APP, user_id="u", session_id="c")
+    await store.create_session(app_name=APP, user_id="u", session_id="c")
+    assert await chats(store) == {"c"} and evicted == []
+
+
+# --- the store-call timeout -----------------------------------------------------------------------
+
+
+class HangingStore(InMemorySessionService):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hang = asyncio.Event()
+
+    async def get_session(self, **kwargs: Any) -> Session | None:
+        await asyncio.Event().wait()  # never answers
+        raise AssertionError("unreachable")
+
+
+async def test_a_hanging_store_call_fails_with_store_unavailable() -> None:
+    counted: list[str] = []
+    store = GuardedSessionService(HangingStore(), timeout_s=0.05)
+    store.timed_out = counted.append
+    with pytest.raises(StoreUnavailable) as failed:
+        await store.get_session(app_name=APP, user_id="u", session_id="c")
+    assert failed.value.status == 503 and failed.value.headers() == {"Retry-After": "1"}
+    assert counted == ["get_session"]
+    # Other calls go through to the store as they are.
+    created = await store.create_session(app_name=APP, user_id="u", session_id="c")
+    assert created.id == "c"
+
+
+async def test_no_timeout_means_no_bound() -> None:
+    store = GuardedSessionService(InMemorySessionService())
+    session = await store.create_session(app_name=APP, user_id="u", session_id="c")
+    await store.append_event(session, Event(invocation_id="i", author="user", timestamp=time.time()))
+    again = await store.get_session(app_name=APP, user_id="u", session_id="c")
+    assert again is not None and len(again.events) == 1
+
+
+# --- history import ---------------------------------------------------------------------------------
+
+
+def history(count: int) -> list[UIMessage]:
+    messages = []
+    for index in range(count):
+        role = "user" if index % 2 == 0 else "assistant"
+        messages.append(UIMessage.model_validate(
+            {"id": f"m{index}", "role": role, "parts": [{"type": "text", "text": f"message {index}"}]}))
+    return messages
+
+
+def test_history_events_keep_order_and_end_at_now() -> None:
+    events = history_events("agent", history(50), now=5_000.0)
+    assert [e.content.parts[0].text for e in events if e.content and e.content.parts] == [
+        f"message {i}" for i in range(50)]
+    stamps = [e.timestamp for e in events]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)
+    assert stamps[-1] < 5_000.0
+    assert [e.author for e in events[:2]] == ["user", "agent"]
+
+
+def test_history_events_pair_tool_calls_with_their_results() -> None:
+    message = UIMessage.model_validate({"id": "a", "role": "assistant", "parts": [
+        {"type": "tool-lookup", "toolCallId": "t1", "state": "output-available", "input": {"q": 1}, "output": 2},
+        {"type": "text", "text": "done"}]})
+    calls, responses, text = history_events("agent", [message])
+    assert calls.content is not None and calls.content.role == "model"
+    assert calls.content.parts is not None and calls.content.parts[0].function_call is not None
+    assert calls.content.parts[0].function_call.args == {"q": 1}
+    assert responses.content is not None and responses.content.parts is not None
+    response = responses.content.parts[0].function_response
+    assert response is not None and response.id == "t1" and response.response == {"result": 2}
+    assert text.content == types.Content(role="model", parts=[types.Part(text="done")])
+
+
+async def test_bulk_append_is_what_append_event_would_store() -> None:
+    store, _, _ = make_store()
+    bulk = await store.create_session(app_name=APP, user_id="u", session_id="bulk")
+    one_by_one = await store.create_session(app_name=APP, user_id="u", session_id="single")
+    append_history_in_memory(store, bulk, history_events("agent", history(30)))
+    for event in history_events("agent", history(30)):
+        await store.append_event(one_by_one, event)
+    stored_bulk = await store.get_session(app_name=APP, user_id="u", session_id="bulk")
+    stored_single = await store.get_session(app_name=APP, user_id="u", session_id="single")
+    assert stored_bulk is not None and stored_single is not None
+    assert [e.content for e in stored_bulk.events] == [e.content for e in stored_single.events]
+    assert [e.content for e in bulk.events] == [e.content for e in stored_bulk.events]
+
+
+class CountingStore(MemorySessionService):
+    def __init__(self) -> None:
+        super().__init__()
+        self.appends = 0
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        self.appends += 1
+        return await super().append_event(session, event)
+
+
+async def test_importing_a_long_history_never_holds_the_loop() -> None:
+    """10,000 messages: converted in slices that give the loop back, and appended to the in-memory
+    store in one step (ADK's per-event append compares with every stored event: quadratic). A
+    ticker measures the longest time the loop did not answer. The garbage collector is off while
+    it measures: a full collection of this test process's heap is no work of the import (the
+    integration tests measure with it on, at the history cap)."""
+    store = CountingStore()
+    host = AgentHost(counting_agent(ToolLog()), store, max_llm_calls=5)
+    session = await host.reset_session("u", "long", exists=False)
+    messages = history(10_000)
+    gaps: list[float] = []
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.001)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    gc.collect()
+    gc.disable()
+    try:
+        ticking = asyncio.create_task(ticker())
+        await host.import_history(session, messages)
+        done.set()
+        await ticking
+    finally:
+        gc.enable()
+    stored = await host.get_session("u", "long")
+    assert stored is not None and len(stored.events) == 10_000
+    assert [e.content.parts[0].text for e in stored.events[:3] if e.content and e.content.parts] == [
+        "message 0", "message 1", "message 2"]
+    assert store.appends == 0  # one bulk step, not 10,000 scans of the stored events
+    assert len(gaps) > 10  # the loop ran in between
+    assert max(gaps) <= 0.050, f"the loop stalled {max(gaps) * 1000:.0f} ms"
