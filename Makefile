@@ -73,7 +73,7 @@ test: $(STAMP) web $(NODE_DEPS) system-deps
 	$(VENV)/bin/ruff check gateway transports agents tests
 	$(VENV)/bin/mypy gateway transports agents
 	cd web && $(NPM) test --silent
-	$(PY) -m pytest -q
+	PYTHONASYNCIODEBUG=1 $(PY) -m pytest -q
 
 bench: $(STAMP)
 	$(PY) -m tests.bench.run
