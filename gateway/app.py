@@ -93,6 +93,8 @@ async def _drain(app: web.Application) -> None:
             app[METRICS].drained_runs.labels(outcome="stopped").inc(len(late))
             app[METRICS].drained_runs.labels(outcome="finished").inc(len(runs) - len(late))
         await registry.aclose()
+        if SERVICE in app:
+            app[SERVICE].streams.end_resumes()  # resumes of runs on other instances end too
         # Let the deliveries write what the stopped runs ended with (abort, `end` frames).
         deliveries = [task for conn in list(registry.connections.values()) for task in conn.tasks
                       if task.get_name().split(":", 1)[-1].startswith("deliver:")]

@@ -92,6 +92,7 @@ log = structlog.get_logger("gateway.redis_streams")
 BATCH: Final = 256  # chunks per pipelined write
 READ_COUNT: Final = 512  # entries per XREAD
 LOST_WRITER_TEXT: Final = "The stream was interrupted: the server running it went away."
+SHUTDOWN_TEXT: Final = "This server is shutting down: resume the stream again."
 INCOMPLETE_TEXT: Final = "The stream can no longer be resumed completely."
 READ_FAILED_TEXT: Final = "The stream could not be read."
 
@@ -294,6 +295,12 @@ class RedisStreamStore:
         log.when_delivered(lambda _log: self._after_delivered(mirror))
         if self._refresher is None or self._refresher.done():
             self._refresher = self._spawn(self._refresh_leases(), "redis-leases")
+
+    def end_resumes(self) -> None:
+        """Shutdown: every resume this process serves of another process's run ends now, with an
+        `error` chunk telling the client to resume again (any instance can serve it)."""
+        for remote in list(self._remote.values()):
+            remote._fail(SHUTDOWN_TEXT)
 
     def resumable(self, key: ChatKey) -> StreamLog | None:
         """This process's own resumable log (no Redis); `lookup` also finds other processes' runs."""

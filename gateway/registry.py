@@ -337,12 +337,7 @@ class Registry:
                         # cancellation (stop and disconnect at once) must not skip the release.
                         await asyncio.shield(run.lease.release())
                 finally:
-                    run.done.set()
-                    if self.runs.get(run.key) is run:
-                        del self.runs[run.key]
-                    if run.owner is not None:
-                        run.owner.runs.discard(run)
-                    self._let_go(run)
+                    self._forget(run)
 
         run.task = asyncio.get_running_loop().create_task(runner(), name=f"run:{run.key[1]}")
 
@@ -352,6 +347,10 @@ class Registry:
             release = asyncio.get_running_loop().create_task(run.lease.release(), name="lease-release")
             self._lease_releases.add(release)
             release.add_done_callback(self._lease_releases.discard)
+        self._forget(run)
+
+    def _forget(self, run: ChatRun) -> None:
+        """The run has ended (or never started): its chat, owner and caps are free again."""
         run.done.set()
         if self.runs.get(run.key) is run:
             del self.runs[run.key]

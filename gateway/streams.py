@@ -356,6 +356,7 @@ class StreamStore(Protocol):
     async def ping(self) -> bool: ...
     def listen_for_stops(self, on_stop: Callable[[ChatKey], None]) -> None: ...
     async def broadcast_stop(self, key: ChatKey) -> int: ...
+    def end_resumes(self) -> None: ...
     async def aclose(self) -> None: ...
 
 
@@ -400,6 +401,9 @@ class MemoryStreamStore:
     async def broadcast_stop(self, key: ChatKey) -> int:
         """One process: nobody else to tell. Returns how many other processes heard it."""
         return 0
+
+    def end_resumes(self) -> None:
+        """One process: every resumable log is this process's own and ends with its run."""
 
     def discard(self, log: StreamLog) -> None:
         if self._logs.get(log.key) is log:

@@ -131,3 +131,37 @@ async def test_postgres_advisory_lease(postgres_url: str) -> None:
     finally:
         await one.aclose()
         await two.aclose()
+
+
+async def test_a_resume_of_another_instances_run_ends_when_its_server_shuts_down(redis_url: str) -> None:
+    """SIGTERM on the instance serving a resume (of a run that lives on another instance): the resume
+    ends with an `error` chunk and `[DONE]`, not a dropped connection, and the run goes on."""
+    import aiohttp
+
+    from gateway.keys import REGISTRY
+
+    from .conftest import chat_body as text_body
+    from .conftest import read_sse
+
+    settings = Settings(model="scripted", stream_store=redis_url, detach_on_disconnect=True, shutdown_timeout_s=0.5)
+    a, b = TestClient(TestServer(make_app(settings))), TestClient(TestServer(make_app(settings)))
+    await a.start_server()
+    await b.start_server()
+    chat_id = new_id("resume-drain")
+    try:
+        async with aiohttp.ClientSession() as http:
+            started = await http.post(a.make_url("/api/chat"), json=text_body(chat_id, "/stream 400 25"))
+            await read_sse(started, until=lambda read: "text-delta" in read.types())
+            started.close()  # detached: the run goes on on A
+            resumed = await http.get(b.make_url(f"/api/chat/{chat_id}/stream"))
+            assert resumed.status == 200
+            first = await read_sse(resumed, until=lambda read: read.types().count("text-delta") >= 2)
+            rest = asyncio.ensure_future(read_sse(resumed))
+            await b.close()  # B drains: its resumes end
+            read = await asyncio.wait_for(rest, timeout=10)
+            assert read.done and read.chunks and read.chunks[-1]["type"] == "error", read.types()[-3:]
+            assert "resume" in read.chunks[-1]["errorText"]
+            assert first.chunks and a.app[REGISTRY].active_run(("anonymous", chat_id)) is not None
+    finally:
+        await a.close()
+        await b.close()
