@@ -368,8 +368,12 @@ class ChatService:
             if converter.errored and outcome == "ok":
                 outcome = "model_error"
             run.log.close()
+            elapsed = time.monotonic() - started
             self.metrics.runs_finished.labels(outcome=outcome).inc()
-            self.metrics.run_seconds.observe(time.monotonic() - started)
+            self.metrics.run_seconds.observe(elapsed)
+            # One line per run: who, which chat, how it ended and how long it took (never the prompt).
+            log.info("run_finished", user_id=ctx.user_id, chat_id=chat_id, outcome=outcome,
+                     duration_ms=round(elapsed * 1000, 1), detached=run.detached)
             structlog.contextvars.unbind_contextvars("chat_id", "request_id")
 
     def _convert(
