@@ -9,8 +9,9 @@ Bounds (`AgentHost.configure`, from the settings):
 
 - Every session-store call, the runner's own included, goes through `GuardedSessionService` and
   fails with `StoreUnavailable` past `store_timeout_s`.
-- `memory://` is a `MemorySessionService`: chats idle longer than the TTL and the least recently
-  used past a cap are dropped (never one with a run in progress).
+- `memory://` is a `MemorySessionService` (`agents.memory_store`: ADK's in-memory semantics without
+  copying the session on each read): chats idle longer than the TTL and the least recently used
+  past a cap are dropped (never one with a run in progress).
 - Each model call of a run is bounded by `model_timeout_s` (`AgentHost.run` raises
   `ModelTimedOut`), each server tool call by `tool_timeout_s`, and a stop waits at most
   `cancel_timeout_s` for a tool that ignores its cancellation (`agents.tools.BoundsPlugin`).
@@ -29,7 +30,6 @@ import json
 import sys
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from pathlib import Path
@@ -47,6 +47,7 @@ from google.adk.sessions.base_session_service import GetSessionConfig, ListSessi
 from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 
+from agents.memory_store import MemorySessionService
 from agents.tools import Bounds, BoundsPlugin, PermissionPlugin, tool_kind
 from gateway.converter import ToolKind
 from gateway.errors import ModelTimedOut, StoreUnavailable
@@ -156,94 +157,19 @@ def session_service_from_uri(
 # --- session stores -----------------------------------------------------------------------------
 
 
-class MemorySessionService(InMemorySessionService):
-    """ADK's in-memory store, bounded: a chat idle longer than `ttl_s` (0: never) is dropped, and
-    past `max_chats` the least recently used goes first.
-
-    How it works: every store call on a chat (create, get, append) moves its key to the end of an
-    ordered dict, so the dict runs from least to most recently used. Each call first drops, from
-    the front, chats idle past the TTL and then any above the cap; both stop at the first chat
-    that stays, so the cost is the number dropped. A chat for which `busy(user, chat)` holds (a run
-    in progress) is never dropped; it counts as just used. Idle chats therefore go at the next
-    store call, not on a timer: with no calls, nothing grows either.
-    """
-
-    def __init__(self, *, ttl_s: float = 0.0, max_chats: int = 10_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__()
-        self.ttl_s = ttl_s
-        self.max_chats = max_chats
-        self.clock = clock
-        self.busy: Callable[[str, str], bool] = lambda _user, _chat: False
-        self.evicted: Callable[[str], None] = lambda _reason: None  # "idle" or "lru"
-        self._used: OrderedDict[tuple[str, str, str], float] = OrderedDict()
-
-    def touch(self, app_name: str, user_id: str, session_id: str) -> None:
-        """Marks a chat as just used."""
-        key = (app_name, user_id, session_id)
-        self._used[key] = self.clock()
-        self._used.move_to_end(key)
-
-    def _evict(self) -> None:
-        now = self.clock()
-        # Each pass either drops the front chat or moves a busy one to the back, so it visits
-        # every chat at most once, and stops at the first that is neither idle nor over the cap.
-        for _ in range(len(self._used)):
-            key, used = next(iter(self._used.items()))
-            idle = self.ttl_s > 0 and now - used > self.ttl_s
-            if not idle and len(self._used) <= self.max_chats:
-                return
-            app_name, user_id, session_id = key
-            if self.busy(user_id, session_id):
-                self._used[key] = now
-                self._used.move_to_end(key)
-                continue
-            reason = "idle" if idle else "lru"
-            del self._used[key]
-            self._delete_session_impl(app_name=app_name, user_id=user_id, session_id=session_id)
-            users = self.sessions.get(app_name, {})
-            if user_id in users and not users[user_id]:
-                del users[user_id]
-            log.info("memory_chat_evicted", reason=reason, chat_id=session_id)
-            self.evicted(reason)
-
-    async def create_session(
-        self, *, app_name: str, user_id: str, state: dict[str, Any] | None = None, session_id: str | None = None
-    ) -> Session:
-        self._evict()
-        session = await super().create_session(app_name=app_name, user_id=user_id, state=state, session_id=session_id)
-        self.touch(app_name, user_id, session.id)
-        self._evict()
-        return session
-
-    async def get_session(
-        self, *, app_name: str, user_id: str, session_id: str, config: GetSessionConfig | None = None
-    ) -> Session | None:
-        self._evict()
-        session = await super().get_session(app_name=app_name, user_id=user_id, session_id=session_id, config=config)
-        if session is not None:
-            self.touch(app_name, user_id, session_id)
-        return session
-
-    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
-        self._used.pop((app_name, user_id, session_id), None)
-        await super().delete_session(app_name=app_name, user_id=user_id, session_id=session_id)
-
-    async def append_event(self, session: Session, event: Event) -> Event:
-        appended = await super().append_event(session, event)
-        if (session.app_name, session.user_id, session.id) in self._used:
-            self.touch(session.app_name, session.user_id, session.id)
-        return appended
-
-
-def append_history_in_memory(service: InMemorySessionService, session: Session, events: Sequence[Event]) -> None:
+def append_history_in_memory(
+    service: MemorySessionService | InMemorySessionService, session: Session, events: Sequence[Event]
+) -> None:
     """Appends fresh events without state deltas to an in-memory session in one step.
 
     ADK's `InMemorySessionService.append_event` compares each new event with every stored one (its
     duplicate check), so appending a history one event at a time is quadratic: 2,001 messages took
     2.3 s. Imported events are new (fresh ids) and carry no state, so appending them is all the
-    per-event path would do.
+    per-event path would do. The `memory://` store has this as `MemorySessionService.append_history`.
     """
+    if isinstance(service, MemorySessionService):
+        service.append_history(session, events)
+        return
     if not events:
         return
     try:
@@ -255,8 +181,6 @@ def append_history_in_memory(service: InMemorySessionService, session: Session, 
     if session is not stored:
         session.events.extend(events)
         session.last_update_time = events[-1].timestamp
-    if isinstance(service, MemorySessionService):
-        service.touch(session.app_name, session.user_id, session.id)
 
 
 class GuardedSessionService(BaseSessionService):
@@ -534,7 +458,7 @@ class AgentHost:
                 await asyncio.sleep(0)
                 started = time.perf_counter()
         stamp_history(events)
-        if isinstance(self.store, InMemorySessionService):
+        if isinstance(self.store, (MemorySessionService, InMemorySessionService)):
             append_history_in_memory(self.store, session, events)
             return
         for event in events:
