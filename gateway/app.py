@@ -134,6 +134,8 @@ async def _errors(
             return web.json_response({"error": {"code": exc.reason.lower().replace(" ", "_"), "message": exc.reason}},
                                      status=exc.status)
         raise
+    except ConnectionError:
+        raise  # the client went away (e.g. before a handshake's answer): nobody to answer
     except Exception as exc:
         # Anything unexpected: the client gets the one-line JSON error shape, the log the detail.
         if not request.path.startswith("/api/"):
