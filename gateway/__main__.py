@@ -12,6 +12,8 @@ from aiohttp import web
 from gateway.config import SettingsError, load_settings
 from gateway.logs import configure_logging
 
+LISTEN_BACKLOG = 4096
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
@@ -40,6 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             host=settings.host,
             port=settings.port,
             handler_cancellation=True,
+            # The kernel's queue of connections not yet accepted: 128 (the default) overflows when
+            # thousands of clients connect at once, and they then wait on SYN retries.
+            backlog=LISTEN_BACKLOG,
             shutdown_timeout=settings.shutdown_timeout_s,
             access_log=None,
             print=lambda text: print(text, file=sys.stderr, flush=True),

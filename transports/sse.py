@@ -176,6 +176,8 @@ async def chat_post(request: web.Request) -> web.StreamResponse:
                     await deliver(follower, transport, keepalive_s=settings.keepalive_s, guard=guard)
                 except SlowReader:
                     pass  # counted and logged by the guard; leaving the connection stops the run
+                except ConnectionError:
+                    pass  # the client left mid-write; leaving the connection stops the run
                 finally:
                     guard.close()
             return transport.response
@@ -198,6 +200,8 @@ async def chat_resume(request: web.Request) -> web.StreamResponse:
                 await deliver(follower, transport, keepalive_s=settings.keepalive_s, guard=guard)
             except SlowReader:
                 pass  # counted and logged by the guard
+            except ConnectionError:
+                pass  # the client left mid-write
             finally:
                 guard.close()
             return transport.response

@@ -519,7 +519,11 @@ async def chat_socket(request: web.Request) -> web.StreamResponse:
             max_msg_size=settings.max_ws_frame_bytes,
             compress=False,
         )
-        await ws.prepare(request)
+        try:
+            await ws.prepare(request)
+        except ConnectionError:
+            log.info("socket_gone_before_handshake", peer=request.remote)
+            return web.Response(status=400)  # nobody to read it; aiohttp drops it quietly
         sockets = request.app[SOCKETS]
         sockets.add(ws)
         service.metrics.connections.labels(kind="ws").inc()
