@@ -1,5 +1,5 @@
-"""Unit tests for the bounded session stores of agents.adk: the evicting `memory://` store, the
-store-call timeout, and the bulk history import."""
+"""Unit tests for the bounded session stores of agents.adk: the store-call timeout and the bulk
+history import (the `memory://` store's eviction is tested in test_memory_store.py)."""
 
 from __future__ import annotations
 
@@ -25,90 +25,6 @@ from gateway.requests import UIMessage
 from tests.integration.support import ToolLog, counting_agent
 
 APP = "app"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make_store(**kwargs: Any) -> tuple[MemorySessionService, FakeClock, list[str]]:
-    clock = FakeClock()
-    store = MemorySessionService(clock=clock, **kwargs)
-    evicted: list[str] = []
-    store.evicted = evicted.append
-    return store, clock, evicted
-
-
-async def chats(store: MemorySessionService, user: str = "u") -> set[str]:
-    return {s.id for s in (await store.list_sessions(app_name=APP, user_id=user)).sessions}
-
-
-async def test_idle_chats_are_dropped_after_the_ttl() -> None:
-    store, clock, evicted = make_store(ttl_s=60)
-    await store.create_session(app_name=APP, user_id="u", session_id="old")
-    clock.now += 30
-    await store.create_session(app_name=APP, user_id="u", session_id="newer")
-    clock.now += 31  # "old" is idle 61 s, "newer" 31 s
-    assert await store.get_session(app_name=APP, user_id="u", session_id="newer") is not None
-    assert await chats(store) == {"newer"}
-    assert evicted == ["idle"]
-
-
-async def test_using_a_chat_keeps_it() -> None:
-    store, clock, evicted = make_store(ttl_s=60)
-    session = await store.create_session(app_name=APP, user_id="u", session_id="kept")
-    for _ in range(5):
-        clock.now += 50
-        await store.append_event(session, Event(invocation_id="i", author="user", timestamp=clock.now))
-    assert await store.get_session(app_name=APP, user_id="u", session_id="kept") is not None
-    assert evicted == []
-
-
-async def test_past_the_cap_the_least_recently_used_goes_first() -> None:
-    store, clock, evicted = make_store(max_chats=3)
-    for name in ("a", "b", "c"):
-        clock.now += 1
-        await store.create_session(app_name=APP, user_id="u", session_id=name)
-    clock.now += 1
-    await store.get_session(app_name=APP, user_id="u", session_id="a")  # "b" is now the least recent
-    await store.create_session(app_name=APP, user_id="u", session_id="d")
-    assert await chats(store) == {"a", "c", "d"}
-    assert evicted == ["lru"]
-
-
-async def test_a_busy_chat_is_never_dropped() -> None:
-    store, clock, evicted = make_store(ttl_s=10, max_chats=2)
-    store.busy = lambda _user, chat: chat == "running"
-    await store.create_session(app_name=APP, user_id="u", session_id="running")
-    await store.create_session(app_name=APP, user_id="u", session_id="idle")
-    clock.now += 100
-    await store.create_session(app_name=APP, user_id="u", session_id="fresh")
-    assert await chats(store) == {"running", "fresh"}
-    assert evicted == ["idle"]
-    # Every chat busy and over the cap: nothing can go, and the store does not spin.
-    store.busy = lambda _user, _chat: True
-    await store.create_session(app_name=APP, user_id="u", session_id="more")
-    assert await chats(store) == {"running", "fresh", "more"}
-
-
-async def test_evicting_forgets_empty_users() -> None:
-    store, clock, _ = make_store(ttl_s=1)
-    await store.create_session(app_name=APP, user_id="gone", session_id="x")
-    clock.now += 5
-    await store.create_session(app_name=APP, user_id="other", session_id="y")
-    assert "gone" not in store.sessions[APP]
-
-
-async def test_delete_and_recreate_keeps_one_entry() -> None:
-    store, _, evicted = make_store(max_chats=1)
-    await store.create_session(app_name=APP, user_id="u", session_id="c")
-    await store.delete_session(app_name=APP, user_id="u", session_id="c")
-    await store.create_session(app_name=APP, user_id="u", session_id="c")
-    assert await chats(store) == {"c"} and evicted == []
 
 
 # --- the store-call timeout -----------------------------------------------------------------------
@@ -182,7 +98,7 @@ def test_history_events_pair_tool_calls_with_their_results() -> None:
 
 
 async def test_bulk_append_is_what_append_event_would_store() -> None:
-    store, _, _ = make_store()
+    store = MemorySessionService()
     bulk = await store.create_session(app_name=APP, user_id="u", session_id="bulk")
     one_by_one = await store.create_session(app_name=APP, user_id="u", session_id="single")
     append_history_in_memory(store, bulk, history_events("agent", history(30)))
