@@ -14,7 +14,8 @@ fails with the tail of that log.
   log) for the caller to stop with `stop_process(gateway.proc)`.
 - `external_or_running_gateway(tmp_path_factory, log_dir)`: ADK_GATEWAY_E2E_URL when set, else
   `running_gateway()`.
-- `free_port()`, `stop_process(proc)`: also used for the other servers of tests/services.
+- `free_port()`, `stop_process(proc)`, `gateway_python()`: also used for the other servers of
+  tests/services and by the benchmarks (tests/bench).
 
 Import it as `tests.gateway_process`: `python -m pytest` (as `make test` runs it) puts the
 repository root on sys.path.
@@ -75,7 +76,8 @@ class GatewayProcess:
         return self.log.read_text(errors="replace")[-4000:]
 
 
-def _python() -> str:
+def gateway_python() -> str:
+    """The interpreter that runs the gateway: the checkout's .venv, else the current one."""
     venv_python = ROOT / ".venv" / "bin" / "python"
     return str(venv_python) if venv_python.exists() else sys.executable
 
@@ -107,7 +109,7 @@ def start_gateway_process(
     process_env.pop("GOOGLE_API_KEY", None)  # the offline scripted model
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [_python(), "-m", "gateway", "--host", "127.0.0.1", "--port", str(port), *args],
+            [gateway_python(), "-m", "gateway", "--host", "127.0.0.1", "--port", str(port), *args],
             cwd=ROOT,
             env=process_env,
             stdout=out,

@@ -32,7 +32,6 @@ import platform
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,6 +46,7 @@ from typing import Any
 import aiohttp
 
 from tests.bench.loadgen import LoadConfig, Sample, open_sse_stream, run_load, summarize, user_message
+from tests.gateway_process import free_port, gateway_python
 
 __all__ = ["Bench", "Plan", "main"]
 
@@ -62,15 +62,6 @@ def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def python() -> str:
-    venv = ROOT / ".venv" / "bin" / "python"
-    return str(venv) if venv.exists() else sys.executable
 
 
 # --- server processes ----------------------------------------------------------------------
@@ -235,7 +226,8 @@ class Bench:
     def new_gateway(name: str) -> Server:
         """The gateway as `python -m gateway` runs it: default settings (scripted model, memory stores)."""
         port = free_port()
-        return Server(name, [python(), "-m", "gateway", "--host", "127.0.0.1", "--port", str(port)], port, "/readyz")
+        command = [gateway_python(), "-m", "gateway", "--host", "127.0.0.1", "--port", str(port)]
+        return Server(name, command, port, "/readyz")
 
     async def warm(self, server: Server) -> None:
         for transport in ("sse", "ws"):

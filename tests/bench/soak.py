@@ -98,6 +98,7 @@ from typing import Any
 import aiohttp
 
 from tests.bench.loadgen import SSEParser, check_target, percentiles
+from tests.gateway_process import free_port, gateway_python
 
 __all__ = ["Bounds", "Plan", "main", "rss_slope_kib_per_min"]
 
@@ -189,15 +190,6 @@ def raise_open_files_limit() -> tuple[int, int]:
     return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def python() -> str:
-    venv = ROOT / ".venv" / "bin" / "python"
-    return str(venv) if venv.exists() else sys.executable
 
 
 class Gateway:
@@ -217,7 +209,7 @@ class Gateway:
             # The child inherits this process's raised open-files limit (reported from /proc/PID/limits).
             raise_open_files_limit()
             self.proc = subprocess.Popen(
-                [python(), "-m", "gateway", *self.args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+                [gateway_python(), "-m", "gateway", *self.args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
             )
         deadline = time.monotonic() + STARTUP_DEADLINE_S
         async with aiohttp.ClientSession() as http:

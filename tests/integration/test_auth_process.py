@@ -19,14 +19,14 @@ import aiohttp
 import jwt
 import pytest
 
-from tests.gateway_process import ROOT, _python, free_port, running_gateway
+from tests.gateway_process import ROOT, free_port, gateway_python, running_gateway
 
 SECRET = "process-test-secret-0123456789abcdef"
 
 
 def start_refused(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [_python(), "-m", "gateway", "--port", str(free_port()), *args],
+        [gateway_python(), "-m", "gateway", "--port", str(free_port()), *args],
         check=False, cwd=ROOT, capture_output=True, text=True, timeout=60,
         env={k: v for k, v in os.environ.items() if not k.startswith(("ADK_GATEWAY_", "GOOGLE_API_KEY"))},
     )
