@@ -22,7 +22,7 @@
 
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { chromium } from 'playwright-core';
+import { launchChromium } from './browser.mjs';
 
 const config = JSON.parse(process.argv[2] ?? '{}');
 const BASE_URL = String(config.url ?? 'http://127.0.0.1:8080').replace(/\/$/, '');
@@ -283,21 +283,7 @@ async function scenario(page) {
 
 async function main() {
   mkdirSync(SCREENSHOT_DIR, { recursive: true });
-  const browser = await chromium.launch({
-    executablePath: EXECUTABLE,
-    headless: true,
-    args: [
-      '--headless=new',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-    timeout: 30_000,
-  });
+  const browser = await launchChromium(EXECUTABLE);
   result.browserVersion = browser.version();
   try {
     // A fresh context: no stored token, the transport defaults to SSE.
