@@ -71,6 +71,7 @@ __all__ = ["SocketSession", "WebSocketRequestTransport", "chat_socket", "origin_
 log = structlog.get_logger("transports.websocket")
 
 MAX_BAD_FRAMES: Final = 10
+KNOWN_FRAME_TYPES: Final = frozenset({"send", "resume", "abort", *LIVE_FRAME_TYPES})
 
 
 class WebSocketRequestTransport(Transport):
@@ -222,8 +223,7 @@ class SocketSession:
             await self._bad_frame(None, "The frame must be a JSON object.", "invalid_frame", "not_object")
             return
         frame_type = raw.get("type")
-        known = {"send", "resume", "abort", *LIVE_FRAME_TYPES}
-        if frame_type not in known:
+        if frame_type not in KNOWN_FRAME_TYPES:
             await self._bad_frame(request_id, f"Unknown frame type {str(frame_type)[:40]!r}.", "unknown_type",
                                   "unknown_type")
             return
@@ -260,7 +260,8 @@ class SocketSession:
                 await self._on_live(frame)
         except GatewayError as exc:
             self.service.metrics.request_errors.labels(code=exc.error_code).inc()
-            log.info("request_refused", code=exc.error_code, detail=exc.detail, request_id=frame.requestId)
+            if not isinstance(exc, LimitReached):  # a cap's refusal was logged where it was decided
+                log.info("request_refused", code=exc.error_code, detail=exc.detail, request_id=frame.requestId)
             await self.send(encoding.ws_error(frame.requestId, exc.message, exc.error_code))
         except Exception as exc:
             self.service.metrics.request_errors.labels(code="internal_error").inc()
@@ -271,9 +272,9 @@ class SocketSession:
         """The request's context: always the socket's own user. Frame headers only pick the `ai`
         version; one whose `authorization` proves another identity (or none) is refused with an
         `error` frame, and the socket carries on. None: refused."""
-        merged = {k.lower(): v for k, v in self.http_request.headers.items()}
-        merged.update({k.lower(): v for k, v in headers.items()})
-        token = bearer_token({k.lower(): v for k, v in headers.items()})
+        frame_headers = {k.lower(): v for k, v in headers.items()}
+        merged = {k.lower(): v for k, v in self.http_request.headers.items()} | frame_headers
+        token = bearer_token(frame_headers)
         auth = self.http_request.app[AUTH]
         if token is not None and auth.requires_credential:
             try:
@@ -316,12 +317,6 @@ class SocketSession:
         except ValidationError as exc:
             await self._bad_frame(frame.requestId, f"Invalid send frame: {exc.errors()[0]['msg']}.",
                                   "invalid_frame", "invalid_fields")
-            return
-        except GatewayError as exc:
-            self.service.metrics.request_errors.labels(code=exc.error_code).inc()
-            if not isinstance(exc, LimitReached):  # a cap's refusal was logged where it was decided
-                log.info("request_refused", code=exc.error_code, detail=exc.detail, request_id=frame.requestId)
-            await self.send(encoding.ws_error(frame.requestId, exc.message, exc.error_code))
             return
         self.runs[frame.requestId] = run
         transport = WebSocketRequestTransport(self, frame.requestId, ctx.major)
