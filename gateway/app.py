@@ -96,8 +96,7 @@ async def _drain(app: web.Application) -> None:
         if SERVICE in app:
             app[SERVICE].streams.end_resumes()  # resumes of runs on other instances end too
         # Let the deliveries write what the stopped runs ended with (abort, `end` frames).
-        deliveries = [task for conn in list(registry.connections.values()) for task in conn.tasks
-                      if task.get_name().split(":", 1)[-1].startswith("deliver:")]
+        deliveries = [task for conn in list(registry.connections.values()) for task in conn.deliveries]
         if deliveries:
             await asyncio.wait(deliveries, timeout=1.0)
     open_sockets: set[web.WebSocketResponse] = app[SOCKETS]

@@ -175,13 +175,18 @@ class Connection:
     registry: Registry
     runs: set[ChatRun] = field(default_factory=set)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    deliveries: set[asyncio.Task[Any]] = field(default_factory=set)  # the tasks among them that write a response
     sends: SendWindow | None = None
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        """Starts a task owned by this connection; it is cancelled and awaited on release."""
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str, *, delivery: bool = False) -> asyncio.Task[Any]:
+        """Starts a task owned by this connection; it is cancelled and awaited on release.
+        `delivery`: it writes a response (a shutdown lets it finish writing)."""
         task = asyncio.get_running_loop().create_task(coro, name=f"{self.id}:{name}")
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        if delivery:
+            self.deliveries.add(task)
+            task.add_done_callback(self.deliveries.discard)
         return task
 
 

@@ -365,7 +365,7 @@ class SocketSession:
                 self.deliveries.pop(request_id, None)
                 self.runs.pop(request_id, None)
 
-        task = self.conn.spawn(delivery(), f"deliver:{request_id}")
+        task = self.conn.spawn(delivery(), f"deliver:{request_id}", delivery=True)
         task.add_done_callback(lambda _task: follower.detach())  # also when cancelled before it ran
         self.deliveries[request_id] = task
 
