@@ -58,6 +58,9 @@ HOLD_PROMPT = "/stream 1 60000"  # `start`, then the model "thinks" for 60 s
 DISCONNECT_PROMPT = "/stream 2000 5"  # ~10 s of tokens: certainly mid-stream when the client leaves
 
 
+BENCH_CAPS = ("--max-runs", "10000", "--max-sends-per-minute", "100000")
+
+
 def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -224,9 +227,11 @@ class Bench:
 
     @staticmethod
     def new_gateway(name: str) -> Server:
-        """The gateway as `python -m gateway` runs it: default settings (scripted model, memory stores)."""
+        """The gateway as `python -m gateway` runs it: default settings (scripted model, memory stores),
+        except the abuse caps, raised above what the scenarios send (hundreds of `send` frames a minute
+        on one socket, 500 streams at once): a benchmark measures the gateway, not its refusals."""
         port = free_port()
-        command = [gateway_python(), "-m", "gateway", "--host", "127.0.0.1", "--port", str(port)]
+        command = [gateway_python(), "-m", "gateway", "--host", "127.0.0.1", "--port", str(port), *BENCH_CAPS]
         return Server(name, command, port, "/readyz")
 
     async def warm(self, server: Server) -> None:
