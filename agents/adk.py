@@ -27,6 +27,7 @@ import base64
 import binascii
 import importlib
 import json
+import os
 import sys
 import time
 import uuid
@@ -44,8 +45,10 @@ from google.adk.events import Event, EventActions
 from google.adk.runners import Runner
 from google.adk.sessions import BaseSessionService, InMemorySessionService, Session
 from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
+from google.adk.telemetry import ContentCapturingMode, TelemetryConfig
 from google.adk.tools.base_tool import BaseTool
 from google.genai import types
+from opentelemetry import trace
 
 from agents.memory_store import MemorySessionService
 from agents.tools import Bounds, BoundsPlugin, PermissionPlugin, tool_kind
@@ -337,6 +340,30 @@ class _ModelClock:
 # --- the host ------------------------------------------------------------------------------------
 
 
+# ADK's telemetry settings that, when nothing records spans, spare each model call the conversion
+# of the whole request into span attributes (see `telemetry_config`).
+_UNTRACED: Final = TelemetryConfig(
+    genai_semconv_stability_opt_in="stable", capture_message_content=ContentCapturingMode.NO_CONTENT
+)
+_SEMCONV_OPT_IN: Final = "OTEL_SEMCONV_STABILITY_OPT_IN"
+
+
+def telemetry_config() -> TelemetryConfig | None:
+    """The `RunConfig.telemetry` of a run: None (ADK's defaults) when spans are recorded.
+
+    With ADK's defaults, every model call converts the whole request (every content of the
+    history) into experimental GenAI span attributes, whether or not a tracer records them: a
+    cost per call that grows with the chat. While no OpenTelemetry tracer provider is installed
+    (the global one is still the API's proxy) and the operator chose no semantic conventions
+    (`OTEL_SEMCONV_STABILITY_OPT_IN` unset), runs ask ADK for its stable conventions without
+    message content, a supported setting whose per-call work is a fraction of that. Installing a
+    tracer provider (or choosing conventions) gives ADK's defaults back, run by run.
+    """
+    if os.environ.get(_SEMCONV_OPT_IN) or not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return None
+    return _UNTRACED
+
+
 class AgentHost:
     """The ADK runner and session store of the process."""
 
@@ -467,7 +494,8 @@ class AgentHost:
     # --- runs ----------------------------------------------------------------------------------
 
     def run_config(self) -> RunConfig:
-        return RunConfig(streaming_mode=StreamingMode.SSE, max_llm_calls=self.max_llm_calls)
+        return RunConfig(streaming_mode=StreamingMode.SSE, max_llm_calls=self.max_llm_calls,
+                         telemetry=telemetry_config())
 
     async def run(
         self,
