@@ -61,7 +61,8 @@ async def _agent_context(app: web.Application) -> AsyncIterator[None]:
     streams.listen_for_stops(registry.stop_soon)
     app[REGISTRY] = registry
     app[SERVICE] = ChatService(host, registry, streams, approval_timeout_s=settings.approval_timeout_s,
-                               stream_max_bytes=settings.stream_buffer_bytes, metrics=app[METRICS])
+                               stream_max_bytes=settings.stream_buffer_bytes, max_json_depth=settings.max_json_depth,
+                               metrics=app[METRICS])
     log.info("agent_ready", app_name=host.app_name, model=settings.effective_model(),
              session_store=settings.session_store.split("://")[0])
     try:

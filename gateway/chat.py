@@ -8,7 +8,12 @@ or replayed approval, a continuation with nothing new) is refused with a status 
 
 - last message from the user: a new turn. The session is synced with the posted history first
   (imported for an unknown chat, rebuilt after an edit or a regenerate); approvals still open
-  from the last turn are abandoned.
+  from the last turn are abandoned. The session's state keeps how many posted messages it has
+  run and their `history_digest`; a history that begins with exactly those, followed only by the
+  assistant's answers, is in sync, and nothing of it but the last message is validated or
+  converted (a turn costs what is new, not the chat's length). Anything else — an edited or
+  removed message, a user message the session never ran, a regenerate — rebuilds the session
+  from the posted history.
 - last message from the assistant: a continuation of that message. Every approval and browser
   tool output in it is checked against the book and becomes an ADK function response (ADK's
   confirmation for server tools, the tool's result for browser tools), a re-announcement of an
@@ -54,16 +59,26 @@ from gateway.approval import (
 )
 from gateway.converter import BrowserCall, NeedsApproval, ResponseConverter, message_replay_chunks
 from gateway.errors import ApprovalInvalid, BadRequest, ContinuationRefused, GatewayError, ModelTimedOut
+from gateway.jsonparse import JsonRejected
 from gateway.metrics import Metrics
 from gateway.registry import ChatRun, Connection, Registry
-from gateway.requests import ChatRequest, ToolPart, UIMessage
+from gateway.requests import (
+    ChatRequest,
+    ToolPart,
+    UIMessage,
+    ValidationError,
+    describe,
+    history_digest,
+    validated_history,
+)
 from gateway.streams import ChatKey, StreamLog, StreamStore
 
 __all__ = ["ChatService", "RequestContext"]
 
 log = structlog.get_logger("gateway.chat")
 
-TURNS_STATE_KEY: Final = "gateway:turns"
+# [count, digest]: how many posted messages the session has run, and their `history_digest`.
+HISTORY_STATE_KEY: Final = "gateway:history"
 TURN_STATE_KEY: Final = "gateway:turn"
 
 
@@ -106,6 +121,7 @@ class ChatService:
         *,
         approval_timeout_s: float = 0.0,
         stream_max_bytes: int = 8 * 1024 * 1024,
+        max_json_depth: int = 64,
         metrics: Metrics | None = None,
     ) -> None:
         self.host = host
@@ -113,6 +129,7 @@ class ChatService:
         self.streams = streams
         self.approval_timeout_s = approval_timeout_s
         self.stream_max_bytes = stream_max_bytes
+        self.max_json_depth = max_json_depth
         self.metrics = metrics or Metrics()
 
     # --- entry point -----------------------------------------------------------------------
@@ -136,7 +153,7 @@ class ChatService:
     # --- planning --------------------------------------------------------------------------
 
     async def _plan(self, request: ChatRequest, ctx: RequestContext) -> TurnPlan:
-        last = request.messages[-1]
+        last = request.last
         if last.role == "assistant":
             return await self._plan_continuation(request, ctx, last)
         if last.role != "user":
@@ -145,30 +162,38 @@ class ChatService:
 
     async def _plan_new_turn(self, request: ChatRequest, ctx: RequestContext, last: UIMessage) -> TurnPlan:
         user, chat = ctx.user_id, request.id
-        prior = request.messages[:-1]
-        prior_user_ids = [m.id for m in prior if m.role == "user"]
+        earlier = request.earlier
         session = await self.host.get_session(user, chat, events=False)
-        turns = list(session.state.get(TURNS_STATE_KEY) or []) if session is not None else []
+        synced = session.state.get(HISTORY_STATE_KEY) if session is not None else None
         # The client's history is the truth: an unknown chat imports it; a regenerate, an edited
         # message or any other divergence from the turns this session ran rebuilds the session.
-        in_sync = request.trigger != "regenerate-message" and last.id not in turns and turns == prior_user_ids
+        in_sync = request.trigger != "regenerate-message" and _continues(earlier, synced)
         if session is None or not in_sync:
             if session is not None:
                 log.info("session_rebuilt", chat_id=chat, reason=request.trigger)
+            history = await self._validated(earlier)
             session = await self.host.reset_session(user, chat, exists=session is not None)
-            if prior:
-                await self.host.import_history(session, prior)
-            turns = prior_user_ids
+            if history:
+                await self.host.import_history(session, history)
         book = ApprovalBook.from_state(session.state.get(APPROVALS_STATE_KEY))
         for abandoned in book.abandon_all():
             log.info("approval_abandoned", chat_id=chat, tool_call_id=abandoned.tool_call_id)
         plan = TurnPlan(message_id=_new_message_id(), book=book, new_message=ui_message_content(last))
         plan.state_delta = {
             APPROVALS_STATE_KEY: book.to_state(),
-            TURNS_STATE_KEY: [*turns, last.id],
+            HISTORY_STATE_KEY: [len(request.messages), history_digest(request.messages)],
             TURN_STATE_KEY: dict(plan.turn),
         }
         return plan
+
+    async def _validated(self, earlier: list[Any]) -> list[UIMessage]:
+        """The earlier messages a chat is imported or rebuilt from, validated in full."""
+        try:
+            return await validated_history(earlier, max_depth=self.max_json_depth)
+        except ValidationError as exc:
+            raise BadRequest(describe(exc), code="invalid_body") from None
+        except JsonRejected as exc:
+            raise BadRequest(exc.message, code="invalid_json", detail=exc.reason) from None
 
     async def _plan_continuation(
         self, request: ChatRequest, ctx: RequestContext, last: UIMessage
@@ -473,6 +498,21 @@ class ChatService:
             await asyncio.shield(save)
         except asyncio.CancelledError:
             log.info("state_save_continues_after_stop", chat_id=chat)
+
+
+def _continues(earlier: list[Any], synced: Any) -> bool:
+    """True when the posted messages before the last begin with the ones the session has run
+    (`synced`: [count, digest]) and add only the assistant's answers to them."""
+    if not (isinstance(synced, list) and len(synced) == 2 and isinstance(synced[0], int)):
+        return not earlier  # a session with no history of ours: in sync only with none posted
+    count, digest = synced
+    if not 0 < count <= len(earlier) or history_digest(earlier[:count]) != digest:
+        return False
+    return all(_role(message) == "assistant" for message in earlier[count:])
+
+
+def _role(message: Any) -> Any:
+    return message.role if isinstance(message, UIMessage) else message.get("role")
 
 
 def _gateway_error(exc: BaseException) -> GatewayError | None:

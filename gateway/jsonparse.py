@@ -7,6 +7,11 @@ gateway's own, smaller bound (`--max-json-depth`) is then checked on the parsed 
 explicit stack, so no input makes anything recurse, here or in the code that walks the value later
 (pydantic, `json.dumps` of tool arguments, ADK).
 
+A chat history's earlier messages are not walked: a top-level `messages` list (the history of a
+request body or a `send` frame) contributes only its last message here. The earlier ones are
+never read unless the chat is imported or rebuilt from them, and `gateway.requests` checks their
+depth then (`validated_history`): a turn costs what is new in the history, not its length.
+
 Large inputs: orjson itself is fast (about 10 ms per MiB, holding the GIL, so a worker thread
 would not free the loop), but the depth walk is Python and costs about 40 ms per MiB.
 `loads_async` walks in slices of a few milliseconds and lets the loop run between them. Slicing on
@@ -39,10 +44,22 @@ class JsonRejected(ValueError):
         self.message = message
 
 
+def _roots(value: Any) -> list[tuple[Any, int]]:
+    """Where a walk starts, with depths: the value itself, except that of a top-level `messages`
+    list only the list and its last item are walked (see the module docstring)."""
+    messages = value.get("messages") if isinstance(value, dict) else None
+    if not isinstance(messages, list) or len(messages) < 2:
+        return [(value, 1)]
+    roots: list[tuple[Any, int]] = [({k: v for k, v in value.items() if k != "messages"}, 1), ([], 2)]
+    if _is_container(messages[-1]):
+        roots.append((messages[-1], 3))
+    return roots
+
+
 def _walk(value: Any, max_depth: int) -> Iterator[bool]:
     """Yields False after each container visited, True (and stops) at the first one past
     `max_depth`. A top-level object or array is depth 1; scalars add nothing."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    stack = _roots(value)
     while stack:
         node, depth = stack.pop()
         children = node.values() if isinstance(node, dict) else node

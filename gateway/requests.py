@@ -4,18 +4,44 @@ Validation is strict on what the gateway acts on (ids, roles, triggers, tool par
 lenient on the rest (extra keys are kept, unknown part types are carried along), since the AI SDK
 adds fields between minor versions.
 
-Transports parse the JSON first (`gateway.jsonparse`, depth-bounded) and check the history's length
-against `--max-history-messages` before validating here; a long history is validated a batch of
-messages at a time (`validate_chat_request`, `validate_frame`), giving the event loop back between
-batches.
+A posted history costs what is new in it, not its length
+----------------------------------------------------------
+`useChat` posts the whole history on every turn, and a session already holds every message but the
+last. So a request (`ChatRequest`, or a `send` frame) validates its *last* message in full — the one
+the turn acts on — and of the others only what a plain loop can check without building anything:
+each is an object with a string `id`, a known `role` and a `parts` list. The rest of an earlier
+message is read only if it is used: `validated_history()` validates (and depth-checks) the earlier
+messages when a chat is imported or rebuilt from them, and `history_digest()` fingerprints a
+history so the chat service can tell, with one serialisation in C, whether the posted messages
+still begin with the ones its session ran (see `gateway.chat`). `gateway.jsonparse` leaves the
+earlier messages' depth to `validated_history()` for the same reason.
+
+A history longer than a few thousand messages (only with a raised `--max-history-messages`) is
+checked a batch at a time, giving the event loop back between batches.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import time
+from collections.abc import Sequence
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+import orjson
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from gateway.jsonparse import SLICE_S, JsonRejected, depth_exceeds
 
 __all__ = [
     "AbortFrame",
@@ -27,18 +53,26 @@ __all__ = [
     "ToolPart",
     "UIMessage",
     "ValidationError",
+    "describe",
+    "history_digest",
     "message_count",
     "parse_frame",
     "validate_chat_request",
     "validate_frame",
+    "validated_history",
 ]
 
 ChatId = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f/]+$")]
 # The hard ceiling (the largest `--max-history-messages`); the configured cap is checked first, 413.
 MAX_MESSAGES = 100_000
-# Messages validated between two returns to the event loop (about 1 ms of validation).
-MESSAGE_BATCH: Final = 250
+# Messages whose id, role and parts are checked between two returns to the event loop (about 1 ms).
+MESSAGE_BATCH: Final = 4_000
 MAX_PARTS = 1_000
+MAX_MESSAGE_ID: Final = 256
+ROLES: Final = frozenset({"system", "user", "assistant"})
+# Set in a validation context once `validate_chat_request`/`validate_frame` checked the messages'
+# heads a batch at a time, so the model does not check them again in one go.
+_HEADS_CHECKED: Final = "heads_checked"
 
 
 class _Loose(BaseModel):
@@ -81,7 +115,7 @@ class ToolPart(_Loose):
 
 
 class UIMessage(_Loose):
-    id: str = Field(max_length=256)
+    id: str = Field(max_length=MAX_MESSAGE_ID)
     role: Literal["system", "user", "assistant"]
     parts: list[dict[str, Any]] = Field(max_length=MAX_PARTS)
     metadata: Any = None
@@ -107,22 +141,104 @@ class UIMessage(_Loose):
         ]
 
 
-class ChatRequest(_Loose):
+class MessageHead(_Loose):
+    """What is checked of every posted message (`_head_ok` is the same check, without a model)."""
+
+    id: str = Field(max_length=MAX_MESSAGE_ID)
+    role: Literal["system", "user", "assistant"]
+    parts: list[Any] = Field(max_length=MAX_PARTS)
+
+
+def _head_ok(message: Any) -> bool:
+    if type(message) is not dict:
+        return False
+    message_id, parts = message.get("id"), message.get("parts")
+    return (
+        type(message_id) is str
+        and len(message_id) <= MAX_MESSAGE_ID
+        and message.get("role") in ROLES
+        and type(parts) is list
+        and len(parts) <= MAX_PARTS
+    )
+
+
+def _relocated(exc: ValidationError, prefix: tuple[str | int, ...]) -> ValidationError:
+    """`exc` with every error's location under `prefix` (a message validated on its own)."""
+    errors: list[Any] = [
+        {"type": e["type"], "loc": (*prefix, *e["loc"]), "input": e["input"],
+         **({"ctx": e["ctx"]} if "ctx" in e else {})}
+        for e in exc.errors()
+    ]
+    return ValidationError.from_exception_data(exc.title, errors)
+
+
+def _check_heads(messages: Any, start: int = 0, stop: int | None = None) -> None:
+    """Raises `ValidationError`, located at `messages.<index>`, for the first message in
+    `messages[start:stop]` that is not an object with an id, a role and a parts list."""
+    if not isinstance(messages, list):
+        return  # the field's own type check reports it
+    for index in range(start, len(messages) if stop is None else min(stop, len(messages))):
+        if not _head_ok(messages[index]):
+            try:
+                MessageHead.model_validate(messages[index])
+            except ValidationError as exc:
+                raise _relocated(exc, ("messages", index)) from None
+
+
+def _validated_message(messages: Sequence[Any], index: int) -> UIMessage:
+    message = messages[index]
+    if isinstance(message, UIMessage):
+        return message
+    try:
+        return UIMessage.model_validate(message)
+    except ValidationError as exc:
+        raise _relocated(exc, ("messages", index)) from None
+
+
+class PostedHistory(_Loose):
+    """A posted `messages` list: the last message validated, the others as posted (see the
+    module docstring)."""
+
+    messages: list[Any] = Field(min_length=1, max_length=MAX_MESSAGES)
+    _last: UIMessage = PrivateAttr()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _heads(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, dict) and not (info.context or {}).get(_HEADS_CHECKED):
+            _check_heads(data.get("messages"))
+        return data
+
+    @model_validator(mode="after")
+    def _validate_last(self) -> PostedHistory:
+        self._last = _validated_message(self.messages, len(self.messages) - 1)
+        return self
+
+    @property
+    def last(self) -> UIMessage:
+        """The message the request acts on, validated."""
+        return self._last
+
+    @property
+    def earlier(self) -> list[Any]:
+        """Every message before the last, as posted (`validated_history` validates them)."""
+        return self.messages[:-1]
+
+
+class ChatRequest(PostedHistory):
     """The body `DefaultChatTransport` POSTs (extra body fields are allowed and kept)."""
 
     id: ChatId
-    messages: list[UIMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     messageId: str | None = Field(default=None, max_length=256)
 
 
-class SendFrame(_Loose):
+class SendFrame(PostedHistory):
     type: Literal["send"]
     requestId: str = Field(min_length=1, max_length=256)
     id: ChatId
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     messageId: str | None = Field(default=None, max_length=256)
-    messages: list[UIMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     headers: dict[str, str] = Field(default_factory=dict)
     body: dict[str, Any] = Field(default_factory=dict)
     metadata: Any = None
@@ -132,12 +248,12 @@ class SendFrame(_Loose):
             {
                 **self.body,
                 "id": self.id,
-                # Already validated: pydantic takes the instances as they are (no dump and re-parse
-                # of a long history).
-                "messages": list(self.messages),
+                # The heads are checked already (the last message is validated again: one message).
+                "messages": self.messages,
                 "trigger": self.trigger,
                 **({"messageId": self.messageId} if self.messageId is not None else {}),
-            }
+            },
+            context={_HEADS_CHECKED: True},
         )
 
 
@@ -250,33 +366,71 @@ def message_count(data: dict[str, Any]) -> int:
     return len(messages) if isinstance(messages, list) else 0
 
 
-_MESSAGES_ADAPTER: TypeAdapter[list[UIMessage]] = TypeAdapter(list[UIMessage])
-
-
-async def _with_messages_validated(data: dict[str, Any]) -> dict[str, Any]:
-    """`data` with a long `messages` list replaced by validated `UIMessage`s, a batch at a time;
-    pydantic then takes the instances as they are. A batch that fails leaves `data` as it was,
-    so the whole validation reports the error with its full location."""
+async def _heads_checked(data: dict[str, Any]) -> dict[str, Any]:
+    """Checks the heads of a long `messages` list a batch at a time (see the module docstring);
+    the validation context that tells the model they are checked."""
     messages = data.get("messages")
-    if not isinstance(messages, list) or len(messages) <= MESSAGE_BATCH:
-        return data
-    validated: list[UIMessage] = []
-    for start in range(0, len(messages), MESSAGE_BATCH):
-        try:
-            validated += _MESSAGES_ADAPTER.validate_python(messages[start : start + MESSAGE_BATCH])
-        except ValidationError:
-            return data
-        await asyncio.sleep(0)
-    return {**data, "messages": validated}
+    if isinstance(messages, list) and len(messages) > MESSAGE_BATCH:
+        for start in range(0, len(messages), MESSAGE_BATCH):
+            _check_heads(messages, start, start + MESSAGE_BATCH)
+            await asyncio.sleep(0)
+    return {_HEADS_CHECKED: True}
 
 
 async def validate_chat_request(data: dict[str, Any]) -> ChatRequest:
     """Validates a parsed request body. Raises pydantic's `ValidationError`."""
-    return ChatRequest.model_validate(await _with_messages_validated(data))
+    return ChatRequest.model_validate(data, context=await _heads_checked(data))
 
 
 async def validate_frame(data: dict[str, Any]) -> ClientFrame:
     """Validates a parsed text frame. Raises pydantic's `ValidationError`."""
-    if data.get("type") == "send":
-        data = await _with_messages_validated(data)
-    return _FRAME_ADAPTER.validate_python(data)
+    context = await _heads_checked(data) if data.get("type") == "send" else None
+    return _FRAME_ADAPTER.validate_python(data, context=context)
+
+
+async def validated_history(messages: Sequence[Any], *, max_depth: int) -> list[UIMessage]:
+    """Earlier messages of a posted history, validated in full, giving the event loop back every
+    `SLICE_S`: what a chat is imported or rebuilt from.
+
+    Args:
+        messages: a request's `earlier` messages (positions in the posted list).
+        max_depth: `--max-json-depth` of the whole body (a message sits two levels down).
+
+    Raises:
+        ValidationError: a message is invalid (located at `messages.<index>`).
+        JsonRejected: a message nests deeper than the body may.
+    """
+    validated: list[UIMessage] = []
+    started = time.perf_counter()
+    for index in range(len(messages)):
+        if not isinstance(messages[index], UIMessage) and depth_exceeds(messages[index], max_depth - 2):
+            raise JsonRejected("depth", f"The JSON is nested more than {max_depth} levels deep.")
+        validated.append(_validated_message(messages, index))
+        if time.perf_counter() - started > SLICE_S:
+            await asyncio.sleep(0)
+            started = time.perf_counter()
+    return validated
+
+
+def _as_posted(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(exclude_unset=True)
+    raise TypeError(type(value).__name__)
+
+
+def history_digest(messages: Sequence[Any]) -> str:
+    """A fingerprint of posted messages as the client sent them (one serialisation, in C): equal
+    for a client that posts the same messages again. "" for messages that cannot be serialised
+    (nested past orjson's limit), which then match nothing."""
+    try:
+        data = orjson.dumps(messages, default=_as_posted)
+    except orjson.JSONEncodeError:
+        return ""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def describe(exc: ValidationError) -> str:
+    """The client's message for an invalid body: where and what, from the first error."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"Invalid request body at '{where}': {first['msg']}."

@@ -1,18 +1,23 @@
-"""Unit tests for the batched validation of long histories in gateway.requests."""
+"""Unit tests for how gateway.requests validates posted histories: the last message in full, the
+others only when used, long ones a batch at a time."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 
+from gateway.jsonparse import JsonRejected, depth_exceeds
 from gateway.requests import (
     MESSAGE_BATCH,
     ChatRequest,
     SendFrame,
     ValidationError,
+    history_digest,
     validate_chat_request,
     validate_frame,
+    validated_history,
 )
 
 
@@ -40,3 +45,67 @@ async def test_a_send_frame_with_a_long_history() -> None:
     assert isinstance(parsed, SendFrame) and len(parsed.messages) == MESSAGE_BATCH + 1
     request = parsed.chat_request()
     assert request.messages == parsed.messages and request.id == "c"
+
+
+# --- only what is used is validated ------------------------------------------------------------
+
+BAD_TOOL_PART = {"type": "tool-x", "toolCallId": "t1", "state": "exploded"}
+
+
+async def test_earlier_messages_are_checked_only_for_id_role_and_parts() -> None:
+    history = messages(4)
+    history[1]["parts"] = [BAD_TOOL_PART]
+    request = await validate_chat_request({"id": "c", "messages": history})
+    assert request.earlier == history[:3] and request.last.id == "m3"
+    with pytest.raises(ValidationError) as failed:
+        await validated_history(request.earlier, max_depth=64)
+    assert failed.value.errors()[0]["loc"][:3] == ("messages", 1, "parts")
+
+
+async def test_the_last_message_is_validated_in_full_with_its_location() -> None:
+    history = messages(4)
+    history[3]["parts"] = [BAD_TOOL_PART]
+    with pytest.raises(ValidationError) as failed:
+        await validate_chat_request({"id": "c", "messages": history})
+    assert failed.value.errors()[0]["loc"][:3] == ("messages", 3, "parts")
+    frame = {"type": "send", "requestId": "r", "id": "c", "messages": history}
+    with pytest.raises(ValidationError):
+        await validate_frame(frame)
+
+
+@pytest.mark.parametrize("head", [{"role": "user", "parts": []}, {"id": "x", "role": "tool", "parts": []},
+                                  {"id": "x", "role": "user", "parts": "hi"}, "not an object",
+                                  {"id": "x" * 300, "role": "user", "parts": []}])
+async def test_a_bad_head_is_refused_wherever_it_is(head: Any) -> None:
+    history: list[Any] = messages(MESSAGE_BATCH + 3)
+    history[MESSAGE_BATCH + 1] = head
+    with pytest.raises(ValidationError) as failed:
+        await validate_chat_request({"id": "c", "messages": history})
+    assert failed.value.errors()[0]["loc"][:2] == ("messages", MESSAGE_BATCH + 1)
+
+
+async def test_an_earlier_message_nested_too_deep_is_refused_when_used() -> None:
+    deep: Any = "bottom"
+    for _ in range(40):
+        deep = {"d": deep}
+    history = messages(3)
+    history[0]["metadata"] = deep
+    body = {"id": "c", "messages": history}
+    assert not depth_exceeds(body, 16)  # not walked when the body is parsed...
+    request = await validate_chat_request(body)
+    with pytest.raises(JsonRejected):  # ...but before it is used
+        await validated_history(request.earlier, max_depth=16)
+    assert depth_exceeds({"id": "c", "messages": history[:1]}, 16)  # the last message is walked
+
+
+def test_history_digest_tells_posted_histories_apart() -> None:
+    history = messages(6)
+    assert history_digest(history) == history_digest(copy.deepcopy(history))
+    edited = copy.deepcopy(history)
+    edited[2]["parts"][0]["text"] = "edited"
+    assert history_digest(edited) != history_digest(history)
+    assert history_digest(history[:5]) != history_digest(history)
+    too_deep: Any = "bottom"
+    for _ in range(300):
+        too_deep = [too_deep]
+    assert history_digest([{"id": "m", "role": "user", "parts": too_deep}]) == ""
