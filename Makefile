@@ -75,13 +75,19 @@ test: $(STAMP) web $(NODE_DEPS) system-deps
 	cd web && $(NPM) test --silent
 	PYTHONASYNCIODEBUG=1 $(PY) -m pytest -q
 
-bench: $(STAMP)
+# The benchmarks' own packages (charts, profiles): the `bench` extra, installed once per pyproject change.
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet -e ".[dev,bench]"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(PY) -m tests.bench.run
 
 # SOAK_S (seconds of hold, default 300) reaches the script through the environment;
 # SOAK_ARGS passes flags, e.g. SOAK_ARGS="--sse 500 --ws 1000". Exits 1 when a bound is broken.
 SOAK_ARGS ?=
-soak: $(STAMP)
+soak: $(BENCH_STAMP)
 	$(PY) -m tests.bench.soak $(SOAK_ARGS)
 
 clean:

@@ -1,24 +1,32 @@
-"""`make bench`: start the gateway on a free loopback port, run a fixed set of scenarios, print Markdown.
+"""`make bench`: the gateway side by side with ADK's bare `Runner` and `adk api_server`, plus its memory.
 
-    python -m tests.bench.run [--quick] [--json results.json] [--no-adk]
+    python -m tests.bench.run [--quick] [--json results.json] [--charts DIR] [--no-adk]
 
-The gateway runs as a subprocess with its default settings (scripted model, memory stores); the load
-generator (`tests.bench.loadgen`) runs in this process, so client and server share the machine's
-cores. Scenarios, in order:
+The gateway runs as a subprocess with its default settings (scripted model, memory stores) except
+the abuse caps (`BENCH_CAPS`); `adk api_server` serves the same demo agent from a temporary apps
+folder; ADK's bare `Runner` runs in this process. The clients run in this process too, so client
+and servers share the machine's cores. Scenarios, in order:
 
-1. warm-up (SSE and WebSocket);
-2. short answers (`/echo one two three`: 3 text deltas, 9 chunks) in a fresh chat per request, one
-   client (200 requests), then 10 and 50 clients; the same over the WebSocket;
+1. warm-up of the gateway (SSE and WebSocket);
+2. side by side (`tests.bench.compare`, prompt `/echo one two three`): the bare Runner (fresh and
+   reused sessions), `adk api_server` (create + run, run only, reused session) and the gateway
+   over SSE and WebSocket (fresh chats, reused chats with the whole history posted), each at 1 and
+   16 clients, with turns/s, per-turn and first-text percentiles and ratios to the Runner's and
+   api_server's matching rows; the gateway's added time to first text; one 200-turn chat per
+   server (the Runner on ADK's store and on ours too), by tenth, with a chart in `--charts`;
 3. streaming throughput (`/stream 100 0`: 100 text deltas per answer), 10 clients, SSE and WebSocket;
-4. one chat reused for 100 turns (the client posts the growing history, as `useChat` does);
-5. memory: gateway RSS (VmRSS) idle, after the runs, holding 500 open SSE streams (each waiting on
-   the model: `/stream 1 60000`) and holding 500 idle WebSockets;
-6. cleanup: 200 clients disconnect mid-stream; time until `/metrics` shows `adk_gateway_active_runs 0`;
-7. optional, when `adk` is installed in the environment: ADK's own `adk api_server` serving the same
-   demo agent on the same scripted model, run alternately with the gateway (ABAB), prompt "hi".
+4. memory of the load gateway (RSS idle, after the runs) and cleanup: 200 clients disconnect
+   mid-stream; time until `/metrics` shows `adk_gateway_active_runs 0`;
+5. memory per connection, each on a new gateway process: 1,000 then 10,000 idle WebSockets (this
+   process raises its open-files limit to the hard limit first, and the gateways inherit it; a
+   count the limit cannot hold is skipped with a note), and 500 open SSE streams each waiting on
+   the model (`/stream 1 60000`);
+6. RSS over 100,000 turns: a gateway with `memory://` eviction on (`CHURN_ARGS`), 16 clients
+   (8 SSE, 8 WebSocket) in fresh chats, RSS read after a 5,000-turn warm-up and every 5,000 turns.
 
-Everything is bounded: each load run by request count and a duration, each wait by a deadline.
-Nothing here asserts timings; it prints figures.
+`--quick` shrinks every count (the 100,000 turns to 10,000) for a smoke run of about 3 minutes.
+Everything is bounded: each load by its count and a duration, each wait by a deadline. Nothing here
+asserts timings; it prints Markdown tables (and, with `--json`, every figure).
 """
 
 from __future__ import annotations
@@ -30,41 +38,48 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from tests.bench.compare import PROMPT, Comparison, Sizes, Targets, churn
 from tests.bench.loadgen import LoadConfig, Sample, open_sse_stream, run_load, summarize, user_message
+from tests.bench.soak import raise_open_files_limit
 from tests.gateway_process import free_port, gateway_python
 
 __all__ = ["Bench", "Plan", "main"]
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_DEADLINE_S = 60.0
-ECHO = "/echo one two three"
+ECHO = PROMPT
 STREAM = "/stream 100 0"
 HOLD_PROMPT = "/stream 1 60000"  # `start`, then the model "thinks" for 60 s
 DISCONNECT_PROMPT = "/stream 2000 5"  # ~10 s of tokens: certainly mid-stream when the client leaves
+ADK_APP = "bench_app"
 
 
 BENCH_CAPS = ("--max-runs", "10000", "--max-sends-per-minute", "100000")
+# The RSS-over-many-turns gateway: `memory://` keeps at most 1,000 chats and drops any idle for a
+# minute, so fresh chats are evicted all along and the RSS shows what is left behind besides them.
+CHURN_ARGS = ("--memory-max-chats", "1000", "--memory-ttl-s", "60")
+# Open files this process keeps for itself beside the held sockets (logs, pipes, pooled connections).
+SPARE_FILES = 512
+CHART_DIR = ROOT / "benchmarks"
 
 
 def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
 
 
 # --- server processes ----------------------------------------------------------------------
@@ -199,39 +214,54 @@ def load_table(rows: Sequence[Row]) -> str:
 
 @dataclass
 class Plan:
-    sequential: int = 200
-    concurrent: int = 500
+    compare_turns: dict[int, int] = field(default_factory=lambda: {1: 300, 16: 960})  # clients -> turns
+    chat_turns: int = 20  # turns of a reused chat in the side-by-side table
+    rounds: int = 2
+    long_turns: int = 200
+    long_rounds: int = 2
     stream_requests: int = 150
-    turns: int = 100
-    hold: int = 500
     disconnect: int = 200
-    adk_requests: int = 200
-    adk_turns: int = 100
+    hold_sse: int = 500
+    hold_ws: tuple[int, ...] = (1_000, 10_000)
+    churn_turns: int = 100_000
+    churn_warmup: int = 5_000
+    churn_every: int = 5_000
+    churn_duration_s: float = 1_200.0
     warmup: int = 20
 
-    def scaled(self, factor: float) -> Plan:
-        return Plan(**{k: max(2, int(v * factor)) for k, v in self.__dict__.items()})
+    @classmethod
+    def quick(cls) -> Plan:
+        """A smoke run: every part, with small counts."""
+        return replace(cls(), compare_turns={1: 40, 16: 160}, chat_turns=10, rounds=1, long_turns=50,
+                       long_rounds=1, stream_requests=30, disconnect=40, hold_sse=100, hold_ws=(500, 1_000),
+                       churn_turns=10_000, churn_warmup=2_000, churn_every=1_000, churn_duration_s=240.0,
+                       warmup=10)
 
 
 class Bench:
-    def __init__(self, plan: Plan, workdir: Path, with_adk: bool) -> None:
+    def __init__(self, plan: Plan, workdir: Path, with_adk: bool, charts: Path) -> None:
         self.plan = plan
         self.workdir = workdir
         self.with_adk = with_adk
+        self.charts = charts
         self.gateway = self.new_gateway("gateway")
         self.rows: list[Row] = []
         self.memory: dict[str, Any] = {}
         self.cleanup: dict[str, Any] = {}
-        self.reused: dict[str, Any] = {}
         self.adk: dict[str, Any] = {}
+        self.comparison: Comparison | None = None
+        self.chart: Path | None = None
+        self.churn: dict[str, Any] = {}
+        self.open_files = raise_open_files_limit()[0]
 
     @staticmethod
-    def new_gateway(name: str) -> Server:
+    def new_gateway(name: str, *args: str) -> Server:
         """The gateway as `python -m gateway` runs it: default settings (scripted model, memory stores),
         except the abuse caps, raised above what the scenarios send (hundreds of `send` frames a minute
         on one socket, 500 streams at once): a benchmark measures the gateway, not its refusals."""
         port = free_port()
-        command = [gateway_python(), "-m", "gateway", "--host", "127.0.0.1", "--port", str(port), *BENCH_CAPS]
+        command = [gateway_python(), "-m", "gateway", "--host", "127.0.0.1", "--port", str(port), *BENCH_CAPS,
+                   *args]
         return Server(name, command, port, "/readyz")
 
     async def warm(self, server: Server) -> None:
@@ -240,10 +270,10 @@ class Bench:
             await self.load("warm-up", transport, 2, 4, STREAM, server=server)
         await asyncio.sleep(0.5)
 
-    async def on_fresh_gateway(self, name: str, measure: Any) -> None:
+    async def on_fresh_gateway(self, name: str, measure: Any, *args: str) -> None:
         """Runs `measure(server)` on a new, warmed-up gateway process, so that memory freed by earlier
         runs (which the allocator keeps) does not hide what the held connections cost."""
-        server = self.new_gateway(name)
+        server = self.new_gateway(name, *args)
         await server.start(self.workdir)
         try:
             await self.warm(server)
@@ -272,56 +302,86 @@ class Bench:
         await asyncio.sleep(0.5)
         self.memory["idle_started"] = self.gateway.rss_mib()
         try:
+            log("warm-up")
+            await self.warm(self.gateway)
+            self.memory["idle_warm"] = self.gateway.rss_mib()
+            await self.side_by_side()
             await self.scenarios()
-            if self.with_adk:
-                await self.compare_adk()
         finally:
             self.gateway.stop()
+        log("memory: idle WebSockets (a new gateway process)")
+        await self.on_fresh_gateway("gateway-ws-memory", self.hold_ws)
+        log("memory: held SSE streams (a new gateway process)")
+        await self.on_fresh_gateway("gateway-sse-memory", self.hold_sse)
+        log(f"RSS over {self.plan.churn_turns:,} turns (a new gateway process, {' '.join(CHURN_ARGS)})")
+        await self.on_fresh_gateway("gateway-churn", self.run_churn, *CHURN_ARGS)
+
+    async def side_by_side(self) -> None:
+        """The comparison with the bare Runner and `adk api_server` (tests.bench.compare)."""
+        p = self.plan
+        api = await self.start_adk() if self.with_adk else None
+        if not self.with_adk:
+            self.adk = {"skipped": "--no-adk"}
+        targets = Targets(gateway_url=self.gateway.url, gateway_cpu=self.gateway.cpu_s)
+        if api is not None:
+            targets.api_url, targets.api_app, targets.api_cpu = api.url, ADK_APP, api.cpu_s
+        sizes = Sizes(turns=p.compare_turns, chat_turns=p.chat_turns, rounds=p.rounds, long_turns=p.long_turns,
+                      long_rounds=p.long_rounds)
+        try:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                             timeout=aiohttp.ClientTimeout(total=None)) as http:
+                self.comparison = Comparison(targets, sizes, http)
+                await self.comparison.run()
+            if api is not None:
+                self.adk["rss_after"] = api.rss_mib()
+        finally:
+            if api is not None:
+                api.stop()
+        self.chart = self.comparison.chart(self.charts)
+        if self.chart is not None:
+            log(f"chart written to {self.chart}")
 
     async def scenarios(self) -> None:
         p = self.plan
-        log("warm-up")
-        await self.warm(self.gateway)
-        self.memory["idle_warm"] = self.gateway.rss_mib()
-
-        log("load")
+        log("streaming throughput")
         for transport in ("sse", "ws"):
-            for clients, count in ((1, p.sequential), (10, p.concurrent), (50, p.concurrent)):
-                row, _ = await self.load(f"`{ECHO}`, fresh chat", transport, clients, count, ECHO)
-                self.rows.append(row)
             row, _ = await self.load(f"`{STREAM}`, fresh chat", transport, 10, p.stream_requests, STREAM)
             self.rows.append(row)
-        for transport in ("sse", "ws"):
-            row, samples = await self.load(f"`{ECHO}`, one chat reused for {p.turns} turns", transport, 1,
-                                           p.turns, ECHO, chat="reused")
-            self.rows.append(row)
-            self.reused[transport] = self.turn_growth(samples)
         await asyncio.sleep(0.5)
         self.memory["after_runs"] = self.gateway.rss_mib()
-        self.memory["chats"] = sum(r.summary["requests"]["sent"] for r in self.rows
-                                   if r.summary["config"]["chat"] == "fresh") + len(self.reused)
+        self.memory["chats"] = sum(r.summary["requests"]["sent"] for r in self.rows) + (
+            self.comparison.gateway_chats if self.comparison else 0)
 
         log("cleanup after disconnects")
         await self.disconnects()
         await asyncio.sleep(0.5)
         self.memory["end"] = self.gateway.rss_mib()
 
-        log("memory: idle WebSockets (a new gateway process)")
-        await self.on_fresh_gateway("gateway-ws-memory", self.hold_ws)
-        log("memory: held SSE streams (a new gateway process)")
-        await self.on_fresh_gateway("gateway-sse-memory", self.hold_sse)
+    async def run_churn(self, server: Server) -> None:
+        p = self.plan
+        evicted_before = await self.evictions(server)
+
+        async def settle() -> None:
+            # Read RSS once the segment's runs are gone (a finished run's objects go with it).
+            async with aiohttp.ClientSession() as http:
+                await wait_runs(http, server.url, 0.0, deadline_s=10)
+
+        self.churn = await churn(server.url, server.rss_mib, total=p.churn_turns, warmup=p.churn_warmup,
+                                 every=p.churn_every, sse_clients=8, ws_clients=8, duration_s=p.churn_duration_s,
+                                 between=settle)
+        self.churn["gateway_args"] = [*BENCH_CAPS, *CHURN_ARGS]
+        self.churn["evictions"] = await self.evictions(server) - evicted_before
 
     @staticmethod
-    def turn_growth(samples: Sequence[Sample]) -> dict[str, Any]:
-        ok = [s.total for s in samples if s.ok and s.total is not None]
-        k = max(1, min(10, len(ok) // 4))
-        return {
-            "first_turns_median_ms": round(statistics.median(ok[:k]) * 1000, 1) if ok else None,
-            "last_turns_median_ms": round(statistics.median(ok[-k:]) * 1000, 1) if ok else None,
-            "turns_per_group": k,
-        }
+    async def evictions(server: Server) -> float:
+        """The gateway's `memory://` evictions so far (every reason), from /metrics."""
+        async with aiohttp.ClientSession() as http, http.get(server.url + "/metrics") as response:
+            text = await response.text()
+        return sum(float(m.group(1)) for m in re.finditer(r"^adk_gateway_memory_evictions_total\{[^}]*\}\s+(\S+)",
+                                                           text, re.M))
 
-    async def _gather_bounded(self, coros: Sequence[Any], limit: int = 50) -> list[Any]:
+    @staticmethod
+    async def _gather_bounded(coros: Sequence[Any], limit: int = 50) -> list[Any]:
         gate = asyncio.Semaphore(limit)
 
         async def one(coro: Any) -> Any:
@@ -331,7 +391,7 @@ class Bench:
         return await asyncio.gather(*(one(c) for c in coros), return_exceptions=True)
 
     async def hold_sse(self, server: Server) -> None:
-        n = self.plan.hold
+        n = self.plan.hold_sse
         url = server.url
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as http:
@@ -365,27 +425,38 @@ class Bench:
             }
 
     async def hold_ws(self, server: Server) -> None:
-        n = self.plan.hold
+        """Opens idle WebSockets up to each count of the plan in turn (1,000, then 9,000 more), reading
+        the RSS at each; a count the open-files limit cannot hold on both sides is skipped."""
         ws_url = server.url.replace("http://", "ws://") + "/api/chat/ws"
         connector = aiohttp.TCPConnector(limit=0)
+        steps: list[dict[str, Any]] = []
+        self.memory["ws"] = {"rss_before": server.rss_mib(), "steps": steps, "open_files_limit": self.open_files}
+        before = self.memory["ws"]["rss_before"]
+        held: list[aiohttp.ClientWebSocketResponse] = []
+        failures: list[str] = []
         async with aiohttp.ClientSession(connector=connector) as http:
-            before = server.rss_mib()
-            opened = await self._gather_bounded([http.ws_connect(ws_url, autoping=True) for _ in range(n)])
-            held = [w for w in opened if isinstance(w, aiohttp.ClientWebSocketResponse)]
-            failures = [repr(w)[:120] for w in opened if not isinstance(w, aiohttp.ClientWebSocketResponse)]
-            await asyncio.sleep(1.0)
-            during = server.rss_mib()
-            await asyncio.gather(*(w.close() for w in held), return_exceptions=True)
-            await asyncio.sleep(1.0)
-            self.memory["ws"] = {
-                "held": len(held),
-                "failed": len(failures),
-                "failures": failures[:3],
-                "rss_before": before,
-                "rss_held": during,
-                "kib_per_socket": (during - before) * 1024 / len(held) if held else None,
-                "rss_after_close": server.rss_mib(),
-            }
+            try:
+                for count in self.plan.hold_ws:
+                    if self.open_files != resource.RLIM_INFINITY and self.open_files < count + SPARE_FILES:
+                        note = (f"skipped {count:,} sockets: the open-files limit is {self.open_files:,} (the hard "
+                                f"limit), below the {count + SPARE_FILES:,} they need on each side")
+                        log(f"  {note}")
+                        steps.append({"sockets": count, "skipped": note})
+                        break
+                    opened = await self._gather_bounded(
+                        [http.ws_connect(ws_url, autoping=True) for _ in range(count - len(held))])
+                    held += [w for w in opened if isinstance(w, aiohttp.ClientWebSocketResponse)]
+                    failures += [repr(w)[:120] for w in opened if not isinstance(w, aiohttp.ClientWebSocketResponse)]
+                    await asyncio.sleep(1.0)
+                    during = server.rss_mib()
+                    steps.append({"sockets": count, "held": len(held), "failed": len(failures),
+                                  "failures": failures[:3], "rss_held": during,
+                                  "kib_per_socket": (during - before) * 1024 / len(held) if held else None})
+                    log(f"  {len(held):,} idle WebSockets: RSS {during:.1f} MiB")
+            finally:
+                await self._gather_bounded([w.close() for w in held], limit=500)
+        await asyncio.sleep(1.0)
+        self.memory["ws"]["rss_after_close"] = server.rss_mib()
 
     async def disconnects(self) -> None:
         n = self.plan.disconnect
@@ -446,7 +517,7 @@ class Bench:
         adk_path = str(adk) if adk.exists() else shutil.which("adk")
         if adk_path is None:
             return None
-        apps = self.workdir / "adk_apps" / "bench_app"
+        apps = self.workdir / "adk_apps" / ADK_APP
         apps.mkdir(parents=True, exist_ok=True)
         (apps / "__init__.py").write_text("from . import agent  # noqa: F401\n")
         (apps / "agent.py").write_text(
@@ -462,52 +533,73 @@ class Bench:
             env={"PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")},
         )
 
-    async def compare_adk(self) -> None:
+    async def start_adk(self) -> Server | None:
+        """`adk api_server` with the demo agent, started and ready; None (with the reason in
+        `self.adk`) when the command is missing or does not start."""
         server = self.adk_server()
         if server is None:
             self.adk = {"skipped": "the `adk` command is not installed in this environment"}
-            return
-        log("ADK api_server, side by side (ABAB)")
+            return None
         try:
             await server.start(self.workdir)
         except RuntimeError as exc:
-            self.adk = {"skipped": f"adk api_server did not start: {str(exc)[:300]}"}
-            return
-        try:
-            await asyncio.sleep(0.5)
-            self.adk["ready_s"] = server.ready_s
-            self.adk["rss_idle"] = server.rss_mib()
-            # Warm both (ADK loads the agent on the first run).
-            await self.load("warm-up", "adk", 1, 10, "hi", server=server, adk_app="bench_app")
-            await self.load("warm-up", "sse", 1, 10, "hi")
-            runs: list[Row] = []
-            for _ in range(2):
-                for label, chat, count in (("fresh", "fresh", self.plan.adk_requests),
-                                           ("reused", "reused", self.plan.adk_turns)):
-                    row, _ = await self.load(f'"hi", {label}', "adk", 1, count, "hi", server=server,
-                                             adk_app="bench_app", chat=chat,
-                                             note="ADK api_server /run_sse")
-                    runs.append(row)
-                    row, _ = await self.load(f'"hi", {label}', "sse", 1, count, "hi", chat=chat,
-                                             note="gateway /api/chat")
-                    runs.append(row)
-            self.adk["rows"] = runs
-            self.adk["rss_after"] = server.rss_mib()
-        finally:
             server.stop()
+            self.adk = {"skipped": f"adk api_server did not start: {str(exc)[:300]}"}
+            return None
+        log(f"adk api_server ready on {server.url} after {server.ready_s:.2f} s")
+        await asyncio.sleep(0.5)
+        self.adk = {"ready_s": server.ready_s, "rss_idle": server.rss_mib(), "argv": server.argv[1:-1]}
+        return server
 
     # --- report ----------------------------------------------------------------------------
 
     def markdown(self) -> str:
+        out: list[str] = []
+        c = self.comparison
+        if c is not None:
+            t = c.sizes
+            levels = " and ".join(f"{n} client{'s' if n > 1 else ''} ({turns:,} turns a row"
+                                  f"{f' in each of {t.rounds} rounds' if t.rounds > 1 else ''})"
+                                  for n, turns in t.turns.items())
+            out += [
+                f"### Side by side: ADK's bare Runner, `adk api_server` and the gateway (`{PROMPT}`)",
+                "",
+                f"At {levels}; reused chats and sessions last {t.chat_turns} turns. The ratios divide a "
+                "row's turns/s by the matching row's (fresh, create + run and run only by the bare Runner's "
+                "fresh sessions and by api_server's create + run; reused by reused). The bare Runner runs in "
+                "this process, with no HTTP and no client; every other row shares the cores with its client.",
+                "",
+                c.markdown_table(),
+                "",
+                "### Gateway-added time to first text over the bare Runner, 1 client",
+                "",
+                "The bare Runner's first partial event with text against the gateway's first `text-delta` at "
+                "the client, both timed from the start of the turn; differences of percentiles.",
+                "",
+                c.markdown_first_text(),
+                "",
+                f"### Per-turn time over a {t.long_turns}-turn chat, 1 client, whole history posted",
+                "",
+                f"Mean / median ms per turn in each tenth of the chat"
+                f"{f' ({t.long_rounds} chats per server, alternated)' if t.long_rounds > 1 else ''}; the last "
+                "columns are the gateway's mean minus the bare Runner's (ADK's store, then ours). The chart "
+                "plots the medians.",
+                "",
+                c.markdown_long(),
+                "",
+            ]
+            if self.chart is not None:
+                out += [f"Chart: `{self.chart.relative_to(ROOT) if self.chart.is_relative_to(ROOT) else self.chart}`.",
+                        ""]
+        if self.adk.get("skipped"):
+            out += [f"`adk api_server`: skipped ({self.adk['skipped']}).", ""]
+        elif self.adk:
+            out += [f"`adk api_server`: ready after {fmt(self.adk.get('ready_s'), 2)} s, RSS idle "
+                    f"{fmt(self.adk.get('rss_idle'))} MiB, after the runs {fmt(self.adk.get('rss_after'))} MiB.", ""]
+
+        out += ["### Streaming throughput", "", load_table(self.rows), ""]
+
         m = self.memory
-        out = ["### Load", "", load_table(self.rows), ""]
-        growth = [
-            f"{t}: median of the first {g['turns_per_group']} turns {g['first_turns_median_ms']} ms, "
-            f"of the last {g['turns_per_group']} turns {g['last_turns_median_ms']} ms"
-            for t, g in self.reused.items()
-        ]
-        if growth:
-            out += ["Reused chat, first vs last turns — " + "; ".join(growth) + ".", ""]
         sse, ws = m.get("sse", {}), m.get("ws", {})
         chats = m.get("chats") or 0
         grown = (m["after_runs"] - m["idle_warm"]) * 1024 / chats if chats and "after_runs" in m else None
@@ -522,8 +614,14 @@ class Bench:
             f"| {fmt(m.get('after_runs'))} | ≈ {fmt(grown)} KiB / stored chat |",
             f"| | at the end (after the disconnect runs) | {fmt(m.get('end'))} | |",
             f"| a new gateway | after warm-up | {fmt(ws.get('rss_before'))} | |",
-            f"| | holding {ws.get('held')} idle WebSockets ({ws.get('failed')} failed to open) "
-            f"| {fmt(ws.get('rss_held'))} | {fmt(ws.get('kib_per_socket'))} KiB / socket |",
+        ]
+        for step in ws.get("steps", []):
+            if "skipped" in step:
+                out.append(f"| | {step['skipped']} | | |")
+            else:
+                out.append(f"| | holding {step['held']:,} idle WebSockets ({step['failed']} failed to open) "
+                           f"| {fmt(step['rss_held'])} | {fmt(step['kib_per_socket'])} KiB / socket |")
+        out += [
             f"| | 1 s after they closed | {fmt(ws.get('rss_after_close'))} | |",
             f"| another new gateway | after warm-up | {fmt(sse.get('rss_before'))} | |",
             f"| | holding {sse.get('held')} open SSE streams, each run waiting on the model "
@@ -531,6 +629,32 @@ class Bench:
             f"| {fmt(sse.get('kib_per_stream'))} KiB / stream |",
             f"| | 1 s after they closed | {fmt(sse.get('rss_after_close'))} | |",
             "",
+        ]
+
+        ch = self.churn
+        if ch:
+            series = ", ".join(f"{s['rss_mib']:.1f}" for s in ch["samples"])
+            errors = ", ".join(f"{k}: {v}" for k, v in ch["errors"].items()) or "none"
+            out += [
+                f"### RSS over {ch['turns']:,} turns (`{' '.join(ch['gateway_args'][-4:])}`)",
+                "",
+                f"{ch['sse_clients']} SSE and {ch['ws_clients']} WebSocket clients, a fresh chat every turn; RSS "
+                f"read after a {ch['warmup_turns']:,}-turn warm-up and every {ch['every']:,} turns, once no run "
+                "was active.",
+                "",
+                "| turns | answered | failed | evicted chats | seconds | RSS after warm-up MiB | RSS at the end MiB "
+                "| growth |",
+                "|---|---|---|---|---|---|---|---|",
+                f"| {ch['turns']:,} | {ch['ok']:,} | {ch['turns'] - ch['ok']:,} ({errors}) | {ch['evictions']:,.0f} "
+                f"| {ch['elapsed_s']:,.0f} | {fmt(ch['rss_after_warmup_mib'])} | {fmt(ch['rss_end_mib'])} "
+                f"| {fmt(ch['growth_percent'])} % |",
+                "",
+                f"RSS MiB at each sample: {series}"
+                + (" (stopped by its time bound)." if ch["stopped_by"] == "duration" else "."),
+                "",
+            ]
+
+        out += [
             "### Cleanup after disconnects",
             "",
             "| what | clients | runs active before | registry empty after |",
@@ -542,28 +666,11 @@ class Bench:
                        f"| {fmt(sse.get('server_active_runs'), 0)} | {freed} |")
         for kind, label in (("sse", f"SSE streams dropped mid-stream (`{DISCONNECT_PROMPT}`)"),
                            ("ws", f"WebSockets closed mid-stream (`{DISCONNECT_PROMPT}`)")):
-            c = self.cleanup.get(kind)
-            if c:
-                out.append(f"| {label} | {c['clients']} | {fmt(c['runs_before'], 0)} | {self._secs(c['seconds'])} |")
-        out.append("")
-        out += ["### ADK api_server side by side (ABAB, one client, prompt \"hi\" → 3 text deltas)", ""]
-        if "rows" in self.adk:
-            out += [
-                load_table(self.adk["rows"]),
-                "",
-                f"ADK api_server: ready after {fmt(self.adk.get('ready_s'), 2)} s, RSS idle "
-                f"{fmt(self.adk.get('rss_idle'))} MiB, after the runs {fmt(self.adk.get('rss_after'))} MiB. "
-                "Its fresh-chat rows include the session-creation POST in TTFC and total "
-                f"(median of that POST: {self._adk_setup()} ms).",
-            ]
-        else:
-            out.append(f"Skipped: {self.adk.get('skipped', 'not requested')}.")
+            cleanup = self.cleanup.get(kind)
+            if cleanup:
+                out.append(f"| {label} | {cleanup['clients']} | {fmt(cleanup['runs_before'], 0)} "
+                           f"| {self._secs(cleanup['seconds'])} |")
         return "\n".join(out)
-
-    def _adk_setup(self) -> str:
-        values = [r.summary["setup_ms"]["p50"] for r in self.adk.get("rows", [])
-                  if r.transport == "adk" and r.summary["config"]["chat"] == "fresh" and "setup_ms" in r.summary]
-        return " / ".join(fmt(v) for v in values) or "—"
 
     @staticmethod
     def _secs(value: float | None) -> str:
@@ -574,11 +681,11 @@ class Bench:
             return {"name": r.name, "transport": r.transport, "clients": r.clients, "note": r.note,
                     "server_cpu_ms_per_req": r.server_cpu_ms_per_req, "summary": r.summary}
 
-        adk = {k: v for k, v in self.adk.items() if k != "rows"}
-        if "rows" in self.adk:
-            adk["rows"] = [row(r) for r in self.adk["rows"]]
-        return {"gateway_ready_s": self.gateway.ready_s, "rows": [row(r) for r in self.rows],
-                "memory": self.memory, "cleanup": self.cleanup, "reused_growth": self.reused, "adk": adk}
+        return {"gateway_ready_s": self.gateway.ready_s, "open_files_limit": self.open_files,
+                "side_by_side": self.comparison.as_json() if self.comparison else None,
+                "chart": str(self.chart) if self.chart else None, "adk_api_server": self.adk,
+                "streaming": [row(r) for r in self.rows], "memory": self.memory, "cleanup": self.cleanup,
+                "rss_over_turns": self.churn}
 
 
 def loadavg() -> str:
@@ -608,11 +715,23 @@ def machine() -> str:
             f"Python {platform.python_version()}, aiohttp {version('aiohttp')}, google-adk {version('google-adk')}")
 
 
+def versions() -> dict[str, str]:
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return {"python": platform.python_version(), "google-adk": version("google-adk"),
+            "aiohttp": version("aiohttp")}
+
+
 async def amain(args: argparse.Namespace) -> int:
-    plan = Plan().scaled(0.1) if args.quick else Plan()
+    plan = Plan.quick() if args.quick else Plan()
     with tempfile.TemporaryDirectory(prefix="adk-gateway-bench-") as tmp:
-        bench = Bench(plan, Path(tmp), with_adk=not args.no_adk)
+        bench = Bench(plan, Path(tmp), with_adk=not args.no_adk, charts=args.charts)
         started = time.perf_counter()
+        date = time.strftime("%Y-%m-%d %H:%M %Z")
         load_before = loadavg()
         try:
             await bench.run()
@@ -621,28 +740,31 @@ async def amain(args: argparse.Namespace) -> int:
             raise
         elapsed = time.perf_counter() - started
         report = [
-            f"Run {time.strftime('%Y-%m-%d %H:%M %Z')} on {machine()}.",
+            f"Run {date} on {machine()}; open-files limit {bench.open_files:,}.",
             f"Gateway ready after {fmt(bench.gateway.ready_s, 2)} s; the whole benchmark took {elapsed:.0f} s"
-            + (" (--quick: a tenth of the requests)." if args.quick else ".")
-            + f" Load average (1 min) before: {load_before}, after: {loadavg()}; the client shares the cores.",
+            + (" (--quick: small counts, a smoke run)." if args.quick else ".")
+            + f" Load average (1 min) before: {load_before}, after: {loadavg()}; the clients share the cores.",
             "",
             bench.markdown(),
         ]
         print("\n".join(report))
         if args.json is not None:
-            args.json.write_text(json.dumps(bench.as_json(), indent=1) + "\n", encoding="utf-8")
+            result = {"date": date, "machine": machine(), "versions": versions(), "quick": args.quick,
+                      "elapsed_s": round(elapsed, 1), "load_average": [load_before, loadavg()], **bench.as_json()}
+            args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="A tenth of the requests (a smoke run).")
-    parser.add_argument("--no-adk", action="store_true", help="Skip the ADK api_server comparison.")
+    parser.add_argument("--quick", action="store_true", help="Small counts everywhere (a smoke run of ~3 minutes).")
+    parser.add_argument("--no-adk", action="store_true", help="Skip the `adk api_server` rows.")
     parser.add_argument("--json", type=Path, default=None, help="Also write every figure as JSON to this file.")
+    parser.add_argument("--charts", type=Path, default=CHART_DIR,
+                        help=f"Directory for the PNG charts (default: {CHART_DIR.relative_to(ROOT)}/).")
     args = parser.parse_args(argv)
     return asyncio.run(amain(args))
 
 
 if __name__ == "__main__":
     sys.exit(main())
-

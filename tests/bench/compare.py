@@ -1,0 +1,704 @@
+"""Side by side on the same scripted demo agent: ADK's bare `Runner`, `adk api_server` and the gateway.
+
+Every comparison sends the same prompt, `/echo one two three` (3 text deltas), to one of:
+
+- `runner`: ADK's `Runner` in this process with `build_demo_agent("scripted")`, ADK's
+  `InMemorySessionService`, and the run config of the gateway's runs (`StreamingMode.SSE`, the
+  gateway's telemetry setting): the floor, with no HTTP, no client and no conversion. For the long
+  chat, `runner-memory` is the same `Runner` on our store (`agents.memory_store.MemorySessionService`,
+  the gateway's `memory://`), which separates what the store costs from what the gateway adds.
+- `api_server`: ADK's own FastAPI server (`adk api_server`, started by `tests.bench.run`), over
+  HTTP: `POST /apps/{app}/users/{user}/sessions`, then `POST /run_sse` with `streaming: true`.
+- `sse` and `ws`: the gateway's `POST /api/chat` and `GET /api/chat/ws`. The client posts the
+  whole history (user and assistant messages) every turn, as `useChat` does.
+
+How a load runs (`drive`): N clients in this process, each a closed loop (send a turn, read the
+whole answer, send the next). Turns are counted across the clients; the load stops at its count
+or at its deadline, whichever comes first, and each turn has its own timeout. Chats:
+
+- `fresh`: a new chat every turn; for ADK the session is created inside the turn (create + run);
+- `run-only` (`api_server` only): sessions created before the load, untimed, one per turn;
+- `reused`: each client keeps its chat (session) for `chat_turns` turns, then starts another.
+
+A turn's time runs from the moment the client starts it (before the session creation, when there
+is one) to the end of the answer (`[DONE]` and EOF, the `end` frame, the runner's last event);
+its time to first text, to the first text delta (the first partial event with text for ADK).
+
+`Comparison` runs the table (each row at 1 and at 16 clients, rows alternated in order between
+rounds so that drift in the machine's speed spreads over every row), the gateway's added time to
+first text, and the long chat (per-turn time over one 200-turn chat, by tenth, with a chart).
+`churn` drives a gateway through many fresh chats while sampling its RSS. Nothing here asserts
+timings; it measures and formats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+from google.adk.agents.run_config import RunConfig, StreamingMode
+from google.adk.runners import Runner
+from google.adk.sessions import BaseSessionService, InMemorySessionService
+from google.genai import types
+
+from agents.adk import telemetry_config
+from agents.demo import build_demo_agent
+from agents.memory_store import MemorySessionService
+from tests.bench.loadgen import (
+    SSE_PATH,
+    WS_PATH,
+    Sample,
+    adk_request,
+    assistant_message,
+    percentiles,
+    sse_request,
+    user_message,
+    ws_request,
+)
+
+__all__ = ["PROMPT", "Comparison", "Load", "Targets", "churn", "drive"]
+
+PROMPT = "/echo one two three"
+TURN_TIMEOUT_S = 60.0
+CHART_NAME = "turn-time-by-tenth.png"
+
+# The table's rows, in the order of the first round: (server, chats).
+TABLE_ROWS: tuple[tuple[str, str], ...] = (
+    ("runner", "fresh"),
+    ("runner", "reused"),
+    ("api_server", "fresh"),
+    ("api_server", "run-only"),
+    ("api_server", "reused"),
+    ("sse", "fresh"),
+    ("sse", "reused"),
+    ("ws", "fresh"),
+    ("ws", "reused"),
+)
+LONG_SERVERS = ("runner", "runner-memory", "api_server", "sse", "ws")
+
+SERVER_LABELS = {
+    "runner": "ADK `Runner`, in process",
+    "runner-memory": "ADK `Runner` on our store",
+    "api_server": "`adk api_server`",
+    "sse": "gateway, SSE",
+    "ws": "gateway, WebSocket",
+}
+CHAT_LABELS = {
+    ("runner", "fresh"): "fresh session (create + run)",
+    ("runner", "reused"): "reused session",
+    ("api_server", "fresh"): "create + run",
+    ("api_server", "run-only"): "run only (session made beforehand)",
+    ("api_server", "reused"): "reused session",
+    ("sse", "fresh"): "fresh chat",
+    ("sse", "reused"): "reused chat, whole history posted",
+    ("ws", "fresh"): "fresh chat",
+    ("ws", "reused"): "reused chat, whole history posted",
+}
+# Short names for the long chat's table and chart.
+LONG_LABELS = {
+    "runner": "Runner (ADK store)",
+    "runner-memory": "Runner (our store)",
+    "api_server": "adk api_server",
+    "sse": "gateway SSE",
+    "ws": "gateway WebSocket",
+}
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# --- clients: one simulated user each ------------------------------------------------------
+
+
+class Client(Protocol):
+    async def turn(self, sample: Sample, new_chat: bool) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def run_config() -> RunConfig:
+    """The run config of the gateway's runs (`agents.adk.AgentHost.run_config`), so that the
+    difference between the bare Runner and the gateway is the gateway's own work."""
+    return RunConfig(streaming_mode=StreamingMode.SSE, telemetry=telemetry_config())
+
+
+class RunnerClient:
+    """A turn on an ADK `Runner` in this process: `run_async` read to its last event."""
+
+    def __init__(self, runner: Runner, service: BaseSessionService, user: str, prompt: str = PROMPT) -> None:
+        self.runner = runner
+        self.service = service
+        self.user = user
+        self.prompt = prompt
+        self.session_id: str | None = None
+
+    async def turn(self, sample: Sample, new_chat: bool) -> None:
+        started = time.perf_counter()
+        try:
+            if new_chat or self.session_id is None:
+                session = await self.service.create_session(app_name=self.runner.app_name, user_id=self.user)
+                self.session_id = session.id
+                sample.setup = time.perf_counter() - started
+            sample.chat_id = self.session_id
+            message = types.Content(role="user", parts=[types.Part(text=self.prompt)])
+            stream = self.runner.run_async(user_id=self.user, session_id=self.session_id, new_message=message,
+                                           run_config=run_config())
+            async with aclosing(stream) as events:
+                async for event in events:
+                    now = time.perf_counter() - started
+                    sample.chunks += 1
+                    if sample.ttfc is None:
+                        sample.ttfc = now
+                    if event.error_code and sample.error is None:
+                        sample.error, sample.detail = "error_event", f"{event.error_code}: {event.error_message}"
+                    parts = event.content.parts if event.content and event.content.parts else []
+                    texts = [p.text for p in parts if p.text]
+                    if event.partial:
+                        sample.text_deltas += len(texts)
+                        if texts and sample.ttft is None:
+                            sample.ttft = now
+                    elif texts:
+                        sample.finish = now
+                        sample.text = "".join(texts)
+        finally:
+            sample.total = time.perf_counter() - started
+            if sample.error is None and sample.finish is None:
+                sample.error = "no_finish"
+            sample.ok = sample.error is None
+
+    async def close(self) -> None:
+        return None
+
+
+class ApiServerClient:
+    """A turn on `adk api_server`: a session POST when the chat is new (unless `presets`, a pool of
+    sessions made before the load, has one), then `/run_sse`."""
+
+    def __init__(self, http: aiohttp.ClientSession, url: str, app: str, user: str,
+                 presets: list[str] | None = None, prompt: str = PROMPT) -> None:
+        self.http = http
+        self.url = url
+        self.app = app
+        self.user = user
+        self.presets = presets
+        self.prompt = prompt
+        self.session_id: str | None = None
+
+    async def turn(self, sample: Sample, new_chat: bool) -> None:
+        if new_chat:
+            self.session_id = self.presets.pop() if self.presets else None
+        sample.chat_id = self.session_id or ""
+        self.session_id = await adk_request(self.http, self.url, self.app, self.user, self.session_id,
+                                            self.prompt, sample)
+
+    async def close(self) -> None:
+        return None
+
+
+class GatewayClient:
+    """A turn on the gateway, as `useChat` sends it: the chat's whole history plus the new user
+    message, over SSE or over one WebSocket per client (a browser tab's)."""
+
+    def __init__(self, http: aiohttp.ClientSession, url: str, transport: str, prompt: str = PROMPT) -> None:
+        self.http = http
+        self.url = url
+        self.transport = transport
+        self.prompt = prompt
+        self.chat_id = ""
+        self.history: list[dict[str, Any]] = []
+        self.ws: aiohttp.ClientWebSocketResponse | None = None
+
+    async def turn(self, sample: Sample, new_chat: bool) -> None:
+        if new_chat or not self.chat_id:
+            self.chat_id, self.history = f"bench-{uuid.uuid4().hex[:20]}", []
+        sample.chat_id = self.chat_id
+        messages = [*self.history, user_message(self.prompt)]
+        if self.transport == "sse":
+            body = {"id": self.chat_id, "messages": messages, "trigger": "submit-message"}
+            await sse_request(self.http, self.url + SSE_PATH, body, {}, sample)
+        else:
+            if self.ws is None or self.ws.closed:
+                self.ws = await self.http.ws_connect(self.url.replace("http://", "ws://", 1) + WS_PATH,
+                                                     autoping=True, max_msg_size=0)
+            frame = {"type": "send", "requestId": f"r-{uuid.uuid4().hex[:16]}", "id": self.chat_id,
+                     "trigger": "submit-message", "messages": messages, "headers": {}, "body": {}}
+            await ws_request(self.ws, frame, sample)
+        if sample.ok:
+            self.history = [*messages, assistant_message(sample.message_id, sample.text)]
+
+    async def close(self) -> None:
+        ws, self.ws = self.ws, None
+        if ws is not None and not ws.closed:
+            # Bounded: a server that never answers the close handshake.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(5):
+                    await ws.close()
+
+
+# --- the load loop -------------------------------------------------------------------------
+
+
+@dataclass
+class Load:
+    """One measured load: every turn, the wall time, the server's CPU time, the chats it started."""
+
+    server: str
+    chats_mode: str
+    clients: int
+    samples: list[Sample] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    cpu_s: float | None = None
+    chats: int = 0
+    stopped_by: list[str] = field(default_factory=list)
+
+    def merge(self, other: Load) -> None:
+        """Adds another round of the same load (its turns, time and CPU)."""
+        self.samples += other.samples
+        self.elapsed_s += other.elapsed_s
+        self.cpu_s = None if self.cpu_s is None or other.cpu_s is None else self.cpu_s + other.cpu_s
+        self.chats += other.chats
+        self.stopped_by += other.stopped_by
+
+    @property
+    def ok(self) -> list[Sample]:
+        return [s for s in self.samples if s.ok]
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for s in self.samples if not s.ok)
+
+    @property
+    def turns_per_s(self) -> float | None:
+        return len(self.ok) / self.elapsed_s if self.elapsed_s > 0 and self.ok else None
+
+    def ms(self, what: str, point: str) -> float | None:
+        """A percentile (`p50`, `p99`, `mean`) of `total` or `ttft` over the answered turns, in ms."""
+        values = [getattr(s, what) for s in self.ok if getattr(s, what) is not None]
+        value = percentiles(values, (50, 99)).get(point)
+        return None if value is None else value * 1000
+
+    @property
+    def cpu_ms_per_turn(self) -> float | None:
+        return self.cpu_s * 1000 / len(self.ok) if self.cpu_s is not None and self.ok else None
+
+    def errors(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for s in self.samples:
+            if not s.ok:
+                counts[s.error or "unfinished"] = counts.get(s.error or "unfinished", 0) + 1
+        return counts
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "server": self.server, "chats_mode": self.chats_mode, "clients": self.clients,
+            "turns_ok": len(self.ok), "turns_failed": self.failed, "errors": self.errors(),
+            "elapsed_s": round(self.elapsed_s, 3), "turns_per_s": _round(self.turns_per_s, 2),
+            "turn_ms": {p: _round(self.ms("total", p), 2) for p in ("p50", "p99", "mean")},
+            "first_text_ms": {p: _round(self.ms("ttft", p), 2) for p in ("p50", "p99", "mean")},
+            "server_cpu_ms_per_turn": _round(self.cpu_ms_per_turn, 2), "chats": self.chats,
+            "stopped_by": self.stopped_by,
+        }
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+async def drive(clients: Sequence[Client], turns: int, chat_turns: int, duration_s: float,
+                timeout_s: float = TURN_TIMEOUT_S, cpu: Callable[[], float] | None = None,
+                load: Load | None = None) -> Load:
+    """Runs `turns` turns over `clients` (closed loops), each client starting a new chat every
+    `chat_turns` turns and after a failed turn. Stops at the count or after `duration_s`; turns cut
+    by the deadline count as failed ("unfinished"). Fills and returns `load`."""
+    load = load or Load("", "", len(clients))
+    issued = 0
+    started = time.perf_counter()
+    deadline = started + duration_s
+    cpu_before = cpu() if cpu else None
+
+    async def work(client: Client) -> None:
+        nonlocal issued
+        in_chat = 0
+        while issued < turns and time.perf_counter() < deadline:
+            sample = Sample(index=issued, chat_id="")
+            issued += 1
+            load.samples.append(sample)
+            new_chat = in_chat == 0 or in_chat >= chat_turns
+            if new_chat:
+                in_chat = 0
+                load.chats += 1
+            in_chat += 1
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await client.turn(sample, new_chat)
+            except asyncio.CancelledError:
+                sample.ok, sample.unfinished = False, True
+                raise
+            except Exception as exc:
+                sample.ok = False
+                sample.error = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
+                sample.detail = str(exc)[:200]
+                await client.close()
+            if not sample.ok:
+                in_chat = 0
+
+    tasks = [asyncio.create_task(work(c)) for c in clients]
+    try:
+        _, pending = await asyncio.wait(tasks, timeout=max(0.0, deadline - time.perf_counter()))
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        load.stopped_by.append("duration" if pending or issued < turns else "turns")
+        for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+    finally:
+        load.elapsed_s += time.perf_counter() - started
+        if cpu is not None and cpu_before is not None:
+            load.cpu_s = (load.cpu_s or 0.0) + cpu() - cpu_before
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+    return load
+
+
+# --- the comparison ------------------------------------------------------------------------
+
+
+@dataclass
+class Targets:
+    """Where the out-of-process servers are, and how to read their CPU time (seconds)."""
+
+    gateway_url: str
+    gateway_cpu: Callable[[], float]
+    api_url: str | None = None
+    api_app: str = ""
+    api_cpu: Callable[[], float] | None = None
+
+
+@dataclass
+class Sizes:
+    """How much each part of the comparison runs; `Comparison` takes it from the bench's plan."""
+
+    turns: dict[int, int]  # clients -> turns per row and round
+    chat_turns: int  # turns of a reused chat in the table
+    rounds: int
+    long_turns: int  # turns of the long chat
+    long_rounds: int
+    duration_s: float = 120.0  # bound of each load
+
+
+class Comparison:
+    """The side-by-side table, the gateway's added time to first text, and the long chat."""
+
+    def __init__(self, targets: Targets, sizes: Sizes, http: aiohttp.ClientSession) -> None:
+        self.targets = targets
+        self.sizes = sizes
+        self.http = http
+        agent = build_demo_agent("scripted")
+        # One Runner per store, as a server holds one for its life.
+        self.runners: dict[str, tuple[Runner, BaseSessionService]] = {}
+        for name, service in (("runner", InMemorySessionService()), ("runner-memory", MemorySessionService())):
+            self.runners[name] = (Runner(app_name=agent.name, agent=agent, session_service=service), service)
+        self.loads: dict[tuple[str, str, int], Load] = {}
+        self.long: dict[str, list[list[float | None]]] = {}  # server -> per round, each turn's seconds
+        self.long_loads: dict[str, Load] = {}
+        self.gateway_chats = 0  # chats the gateway was asked to start, warm-up included
+
+    @property
+    def with_api(self) -> bool:
+        return self.targets.api_url is not None
+
+    def servers(self, names: Sequence[str]) -> list[str]:
+        return [n for n in names if n != "api_server" or self.with_api]
+
+    async def _presets(self, count: int, user: str) -> list[str]:
+        """Sessions on the api_server for a run-only load, made before it (bounded concurrency)."""
+        gate = asyncio.Semaphore(16)
+        url = f"{self.targets.api_url}/apps/{self.targets.api_app}/users/{user}/sessions"
+
+        async def one() -> str:
+            async with gate, self.http.post(url, json={}) as response:
+                response.raise_for_status()
+                return str((await response.json())["id"])
+
+        return list(await asyncio.gather(*(one() for _ in range(count))))
+
+    async def measure(self, server: str, mode: str, clients: int, turns: int, chat_turns: int) -> Load:
+        """One load of `turns` turns on `server` with `clients` clients."""
+        cpu: Callable[[], float] | None
+        made: list[Client]
+        if server in self.runners:
+            runner, service = self.runners[server]
+            made = [RunnerClient(runner, service, f"bench-user-{n}") for n in range(clients)]
+            # This process does nothing else meanwhile: its CPU time is the Runner's.
+            cpu = time.process_time
+        elif server == "api_server":
+            assert self.targets.api_url is not None
+            user = "bench-user"
+            presets = await self._presets(turns, user) if mode == "run-only" else None
+            made = [ApiServerClient(self.http, self.targets.api_url, self.targets.api_app, user, presets)
+                    for _ in range(clients)]
+            cpu = self.targets.api_cpu
+        else:
+            made = [GatewayClient(self.http, self.targets.gateway_url, server) for _ in range(clients)]
+            cpu = self.targets.gateway_cpu
+        load = await drive(made, turns, 1 if mode in ("fresh", "run-only") else chat_turns,
+                           self.sizes.duration_s, cpu=cpu, load=Load(server, mode, clients))
+        if server in ("sse", "ws"):
+            self.gateway_chats += load.chats
+        log(f"  {server} {mode} x{clients}: {len(load.ok)} ok / {load.failed} failed, "
+            f"{_fmt(load.turns_per_s)} turns/s, p50 {_fmt(load.ms('total', 'p50'))} ms")
+        return load
+
+    async def warm(self) -> None:
+        """A few turns on every server (ADK builds the agent's model and tools on the first run)."""
+        for server in self.servers(("runner", "runner-memory", "api_server", "sse", "ws")):
+            for mode in ("fresh", "reused"):
+                await self.measure(server, mode, 2, 10, 5)
+
+    async def run_table(self) -> None:
+        rows = [r for r in TABLE_ROWS if r[0] != "api_server" or self.with_api]
+        for clients, turns in self.sizes.turns.items():
+            for round_ in range(self.sizes.rounds):
+                for server, mode in rows if round_ % 2 == 0 else reversed(rows):
+                    load = await self.measure(server, mode, clients, turns, self.sizes.chat_turns)
+                    key = (server, mode, clients)
+                    if key in self.loads:
+                        self.loads[key].merge(load)
+                    else:
+                        self.loads[key] = load
+
+    async def run_long(self) -> None:
+        n = self.sizes.long_turns
+        servers = self.servers(LONG_SERVERS)
+        for round_ in range(self.sizes.long_rounds):
+            for server in servers if round_ % 2 == 0 else reversed(servers):
+                load = await self.measure(server, "reused", 1, n, n)
+                self.long.setdefault(server, []).append([s.total if s.ok else None for s in load.samples])
+                if server in self.long_loads:
+                    self.long_loads[server].merge(load)
+                else:
+                    self.long_loads[server] = load
+
+    async def run(self) -> None:
+        log("side by side: warm-up")
+        await self.warm()
+        log("side by side: the table")
+        await self.run_table()
+        log(f"side by side: one {self.sizes.long_turns}-turn chat per server")
+        await self.run_long()
+
+    # --- figures ---------------------------------------------------------------------------
+
+    def tenths(self) -> dict[str, list[dict[str, float | None]]]:
+        """Per server, for each tenth of the long chat (turns 1-20, 21-40, ...): mean and median ms
+        over the answered turns of that tenth, every round together."""
+        n = self.sizes.long_turns
+        bounds = [(k * n // 10, (k + 1) * n // 10) for k in range(10)]
+        result: dict[str, list[dict[str, float | None]]] = {}
+        for server, rounds in self.long.items():
+            result[server] = []
+            for low, high in bounds:
+                values = [t * 1000 for turns in rounds for t in turns[low:high] if t is not None]
+                result[server].append({
+                    "first_turn": low + 1, "last_turn": high,
+                    "mean_ms": statistics.fmean(values) if values else None,
+                    "median_ms": statistics.median(values) if values else None,
+                })
+        return result
+
+    def chart(self, directory: Path) -> Path | None:
+        """The long chat's median ms per turn by tenth, one line per server, as a PNG in `directory`.
+
+        Medians, not means: one turn that waits on something else on the machine (a collection in
+        another process, a neighbour's burst) can triple a tenth's mean and hide the trend; the
+        table has both."""
+        tenths = self.tenths()
+        if not tenths:
+            return None
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display: write files only
+        import matplotlib.pyplot as plt
+
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / CHART_NAME
+        fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
+        labels = [f"{t['first_turn']}-{t['last_turn']}" for t in next(iter(tenths.values()))]
+        for server in LONG_SERVERS:
+            if server in tenths:
+                ys = [t["median_ms"] for t in tenths[server]]
+                ax.plot(range(1, 11), [float("nan") if y is None else y for y in ys], marker="o",
+                        label=LONG_LABELS[server])
+        ax.set_xticks(range(1, 11), labels, rotation=30)
+        ax.set_xlabel("turns of the chat (tenths)")
+        ax.set_ylabel("ms per turn (median of the tenth)")
+        ax.set_title(f"Per-turn time over a {self.sizes.long_turns}-turn chat, 1 client, `{PROMPT}`, "
+                     "whole history posted", fontsize=10)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+        return path
+
+    def _baseline(self, server: str, mode: str, clients: int) -> Load | None:
+        category = "reused" if mode == "reused" else "fresh"
+        return self.loads.get((server, category, clients))
+
+    def markdown_table(self) -> str:
+        lines = [
+            "| server | chats | clients | turns ok / failed | turns/s | ÷ bare Runner | ÷ api_server "
+            "| turn p50 / p99 ms | first text p50 / p99 ms | server CPU ms / turn |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for (server, mode, clients), load in sorted(
+            self.loads.items(), key=lambda kv: (kv[0][2], TABLE_ROWS.index(kv[0][:2]))
+        ):
+            errors = load.errors()
+            failed = f"{load.failed}" + (" (" + ", ".join(f"{k}: {v}" for k, v in errors.items()) + ")"
+                                         if errors else "")
+            lines.append(
+                f"| {SERVER_LABELS[server]} | {CHAT_LABELS[(server, mode)]} | {clients} | {len(load.ok):,} / {failed} "
+                f"| {_fmt(load.turns_per_s)} | {_ratio(load, self._baseline('runner', mode, clients))} "
+                f"| {_ratio(load, self._baseline('api_server', mode, clients))} "
+                f"| {_fmt(load.ms('total', 'p50'))} / {_fmt(load.ms('total', 'p99'))} "
+                f"| {_fmt(load.ms('ttft', 'p50'))} / {_fmt(load.ms('ttft', 'p99'))} "
+                f"| {_fmt(load.cpu_ms_per_turn, 2)} |"
+            )
+        return "\n".join(lines)
+
+    def added_first_text(self) -> list[dict[str, Any]]:
+        """At 1 client: the gateway's time to first text minus the bare Runner's, at p50 and p99
+        (differences of percentiles: the turns are not paired)."""
+        rows = []
+        for transport in ("sse", "ws"):
+            for mode in ("fresh", "reused"):
+                runner, gateway = self.loads.get(("runner", mode, 1)), self.loads.get((transport, mode, 1))
+                if runner is None or gateway is None:
+                    continue
+                row: dict[str, Any] = {"transport": transport, "chats": mode}
+                for p in ("p50", "p99"):
+                    r, g = runner.ms("ttft", p), gateway.ms("ttft", p)
+                    row[f"runner_{p}_ms"], row[f"gateway_{p}_ms"] = _round(r, 2), _round(g, 2)
+                    row[f"added_{p}_ms"] = None if r is None or g is None else round(g - r, 2)
+                rows.append(row)
+        return rows
+
+    def markdown_first_text(self) -> str:
+        lines = [
+            "| gateway | chats | bare Runner first text p50 / p99 ms | gateway first text p50 / p99 ms "
+            "| added p50 / p99 ms |",
+            "|---|---|---|---|---|",
+        ]
+        for row in self.added_first_text():
+            lines.append(
+                f"| {SERVER_LABELS[row['transport']]} | {CHAT_LABELS[(row['transport'], row['chats'])]} "
+                f"| {_fmt(row['runner_p50_ms'])} / {_fmt(row['runner_p99_ms'])} "
+                f"| {_fmt(row['gateway_p50_ms'])} / {_fmt(row['gateway_p99_ms'])} "
+                f"| **{_fmt(row['added_p50_ms'])} / {_fmt(row['added_p99_ms'])}** |"
+            )
+        return "\n".join(lines)
+
+    def markdown_long(self) -> str:
+        tenths = self.tenths()
+        servers = [s for s in LONG_SERVERS if s in tenths]
+        if not servers:
+            return "No long chat was run."
+        head = " | ".join(f"{LONG_LABELS[s]} mean / median" for s in servers)
+        extra = [(t, base) for t in ("sse", "ws") if t in tenths for base in ("runner", "runner-memory")
+                 if base in tenths]
+        extra_head = "".join(f" | {LONG_LABELS[t]} over {LONG_LABELS[b]}" for t, b in extra)
+        lines = [f"| turns | {head}{extra_head} |", "|---" * (1 + len(servers) + len(extra)) + "|"]
+        for k in range(10):
+            first = tenths[servers[0]][k]
+            cells = [f"{_fmt(tenths[s][k]['mean_ms'])} / {_fmt(tenths[s][k]['median_ms'])}" for s in servers]
+            added = [_diff(tenths[t][k]["mean_ms"], tenths[b][k]["mean_ms"]) for t, b in extra]
+            lines.append(f"| {first['first_turn']}-{first['last_turn']} | " + " | ".join(cells + added) + " |")
+        return "\n".join(lines)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "prompt": PROMPT,
+            "sizes": {"turns": self.sizes.turns, "chat_turns": self.sizes.chat_turns, "rounds": self.sizes.rounds,
+                      "long_turns": self.sizes.long_turns, "long_rounds": self.sizes.long_rounds},
+            "table": [load.as_json() for load in self.loads.values()],
+            "added_first_text_1_client": self.added_first_text(),
+            "long_chat": {"by_tenth": self.tenths(),
+                          "loads": {s: load.as_json() for s, load in self.long_loads.items()},
+                          "turn_ms": {s: [[_round(t * 1000 if t is not None else None, 2) for t in turns]
+                                          for turns in rounds] for s, rounds in self.long.items()}},
+        }
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def _ratio(load: Load, base: Load | None) -> str:
+    if base is None or load.turns_per_s is None or not base.turns_per_s:
+        return "—"
+    return f"{load.turns_per_s / base.turns_per_s:.2f}x"
+
+
+def _diff(value: float | None, base: float | None) -> str:
+    return "—" if value is None or base is None else f"{value - base:+,.1f}"
+
+
+# --- many turns, with the RSS sampled ------------------------------------------------------
+
+
+async def churn(url: str, rss_mib: Callable[[], float], *, total: int, warmup: int, every: int,
+                sse_clients: int, ws_clients: int, duration_s: float,
+                between: Callable[[], Awaitable[None]] | None = None) -> dict[str, Any]:
+    """Fresh chats on the gateway at `url` from SSE and WebSocket clients together, in segments of
+    `every` turns (split between the two in proportion to their clients). RSS is read after the
+    `warmup` turns and after each segment, while no run is active; stops at `total` turns or after
+    `duration_s`. `between` runs after each segment (e.g. to read /metrics)."""
+    deadline = time.perf_counter() + duration_s
+    samples: list[dict[str, Any]] = []
+    done = ok = 0
+    errors: dict[str, int] = {}
+    started = time.perf_counter()
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as http:
+        while done < total and time.perf_counter() < deadline:
+            segment = min(warmup if done == 0 else every, total - done)
+            sse_turns = segment * sse_clients // (sse_clients + ws_clients)
+            remaining = deadline - time.perf_counter()
+            loads = await asyncio.gather(*(
+                drive([GatewayClient(http, url, transport) for _ in range(clients)], turns, 1, remaining)
+                for transport, clients, turns in (("sse", sse_clients, sse_turns),
+                                                  ("ws", ws_clients, segment - sse_turns))
+                if clients and turns
+            ))
+            for load in loads:
+                done += len(load.samples)
+                ok += len(load.ok)
+                for kind, count in load.errors().items():
+                    errors[kind] = errors.get(kind, 0) + count
+            if between is not None:
+                await between()
+            samples.append({"turns": done, "rss_mib": round(rss_mib(), 1),
+                            "elapsed_s": round(time.perf_counter() - started, 1)})
+            log(f"  {done:,} turns: RSS {samples[-1]['rss_mib']} MiB")
+    first, last = (samples[0], samples[-1]) if samples else (None, None)
+    growth = (last["rss_mib"] - first["rss_mib"]) * 100 / first["rss_mib"] if first and last else None
+    return {
+        "turns": done, "ok": ok, "errors": errors, "elapsed_s": round(time.perf_counter() - started, 1),
+        "sse_clients": sse_clients, "ws_clients": ws_clients, "warmup_turns": warmup, "every": every,
+        "samples": samples, "rss_after_warmup_mib": first and first["rss_mib"],
+        "rss_end_mib": last and last["rss_mib"], "growth_percent": _round(growth, 1),
+        "stopped_by": "turns" if done >= total else "duration",
+    }
