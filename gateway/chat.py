@@ -229,7 +229,7 @@ class ChatService:
             self._interrupt(plan, book)
         else:
             plan.new_message = types.Content(role="user", parts=responses) if responses else None
-        plan.state_delta = {APPROVALS_STATE_KEY: book.to_state(), TURN_STATE_KEY: turn}
+        plan.state_delta = {APPROVALS_STATE_KEY: book.to_state(), TURN_STATE_KEY: dict(turn)}
         return plan
 
     def _apply_answers(
@@ -360,8 +360,12 @@ class ChatService:
                 events = self.host.run(ctx.user_id, chat_id, plan.new_message, state_delta=plan.state_delta)
                 async for event in events:
                     self._convert(event, converter, book, turn, emit)
-            # Also the only write when nothing ran (an approved browser tool re-announced).
-            await self._save(ctx.user_id, chat_id, book, turn)
+            # The run's first event wrote the plan's state; a run that changed nothing of it (no
+            # approval asked or settled, no ask counted: most turns) needs no second write, and the
+            # session one event fewer per turn. A plan that ran nothing (an approved browser tool
+            # re-announced) writes here only.
+            if plan.new_message is None or self._changed(plan, book, turn):
+                await self._save(ctx.user_id, chat_id, book, turn)
             for chunk in converter.finish():
                 emit(chunk.to_wire())
         except LlmCallsLimitExceededError:
@@ -479,6 +483,12 @@ class ChatService:
             timestamp=time.time(),
         )
         await self.host.session_service.append_event(session, event)
+
+    @staticmethod
+    def _changed(plan: TurnPlan, book: ApprovalBook, turn: dict[str, int]) -> bool:
+        """Whether the book or the turn's counts differ from what the plan's state delta wrote."""
+        return (plan.state_delta.get(APPROVALS_STATE_KEY) != book.to_state()
+                or plan.state_delta.get(TURN_STATE_KEY) != turn)
 
     async def _save(self, user: str, chat: str, book: ApprovalBook, turn: dict[str, int]) -> None:
         await self.host.save_state(user, chat, {APPROVALS_STATE_KEY: book.to_state(), TURN_STATE_KEY: turn})

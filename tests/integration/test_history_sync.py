@@ -179,3 +179,19 @@ async def test_the_model_always_sees_the_posted_history(gateway: StartGateway, e
         reply = await chat.send(f"/echo turn {index}")
         assert reply.status == 200, reply.body
         assert await model_view(client, chat) == posted_view([*posted, *chat.messages[len(posted):]])
+
+
+async def test_a_plain_turn_adds_only_adks_own_events(gateway: StartGateway) -> None:
+    """The plan's state rides on the run's first event; a run that changed none of it writes no
+    second state event (one event fewer per turn for every later turn to read past)."""
+    client, _ = await start(gateway)
+    chat = Conversation(client)
+    await chat.send("/echo one")
+    session = await client.app[HOST].get_session("anonymous", chat.chat_id)
+    assert session is not None
+    assert [(e.author, bool(e.content)) for e in session.events] == [("user", True), ("demo_agent", True)]
+    # An approval asked in a turn is saved after the run.
+    await chat.send('/tool process_payment {"amount": 5, "recipient": "bob"}')
+    session = await client.app[HOST].get_session("anonymous", chat.chat_id)
+    assert session is not None and session.events[-1].content is None  # the book's save
+    assert session.state["gateway:approvals"]["calls"][0]["state"] == "approval-requested"
