@@ -110,19 +110,23 @@ async def _drain(app: web.Application) -> None:
 
 
 @web.middleware
-async def _refuse_when_draining(
+async def _door(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    if request.app[DRAINING].is_set() and request.method == "POST" and request.path == "/api/chat":
-        raise ServiceUnavailable("The gateway is shutting down; try again.")
-    return await handler(request)
+    """Every request's way in, in order: a CORS preflight is answered; then, inside the error
+    handling (a `GatewayError` or anything unexpected becomes the JSON error shape), new runs are
+    refused while draining, POSTs are guarded, the caller is authenticated, and the handler runs.
 
-
-@web.middleware
-async def _errors(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
+    One middleware, not one per step: a streaming response or a socket keeps its middlewares'
+    frames for its whole life, and this keeps one.
+    """
+    preflight = _cors_preflight(request)
+    if preflight is not None:
+        return preflight
     try:
+        _refuse_when_draining(request)
+        _guard_posts(request)
+        await _authenticate(request)
         return await handler(request)
     except GatewayError as exc:
         return web.json_response(exc.body(), status=exc.status, headers=exc.headers())
@@ -145,6 +149,11 @@ async def _errors(
         return web.json_response(error.body(), status=error.status)
 
 
+def _refuse_when_draining(request: web.Request) -> None:
+    if request.app[DRAINING].is_set() and request.method == "POST" and request.path == "/api/chat":
+        raise ServiceUnavailable("The gateway is shutting down; try again.")
+
+
 WS_PATH = "/api/chat/ws"
 
 
@@ -153,10 +162,7 @@ def same_origin(request: web.Request, origin: str) -> bool:
     return origin.rstrip("/").split("://", 1)[-1] == request.headers.get("Host", "")
 
 
-@web.middleware
-async def _guard_posts(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
+def _guard_posts(request: web.Request) -> None:
     """CSRF: a form or `text/plain` POST from another site, or any POST from a foreign origin, is
     refused before it can start or stop a run. A JSON POST from another origin needs a CORS
     preflight, which only `--cors-origins` passes."""
@@ -170,7 +176,6 @@ async def _guard_posts(
         if request.content_type != "application/json":
             _refused(request, "not_json", content_type=request.content_type)
             raise UnsupportedMediaType()
-    return await handler(request)
 
 
 def _refused(request: web.Request, reason: str, **detail: object) -> None:
@@ -179,17 +184,14 @@ def _refused(request: web.Request, reason: str, **detail: object) -> None:
              peer=request.remote, **detail)
 
 
-@web.middleware
-async def _authenticate(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
+async def _authenticate(request: web.Request) -> None:
     """Every `/api/` request gets its `Identity` here, or a 401 before its handler runs."""
     if not request.path.startswith("/api/"):
-        return await handler(request)
+        return
     auth = request.app[AUTH]
     if isinstance(auth, AnonymousAuth):
         request[IDENTITY] = auth.claimed(request.headers)
-        return await handler(request)
+        return
     token = bearer_token(request.headers)
     if token is None and request.path == WS_PATH:
         token = request.query.get("access_token") or None  # browsers cannot set handshake headers
@@ -201,7 +203,6 @@ async def _authenticate(
     except Unauthorized as exc:
         _refused(request, "invalid_credential", detail=exc.detail)
         raise
-    return await handler(request)
 
 
 def identity_of(request: web.Request) -> Identity:
@@ -224,10 +225,8 @@ def _cors_origin(request: web.Request) -> str | None:
     return origin if origin.rstrip("/") in allowed else None
 
 
-@web.middleware
-async def _cors_preflight(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
+def _cors_preflight(request: web.Request) -> web.Response | None:
+    """The answer to a CORS preflight; None for any other request."""
     if request.method == "OPTIONS" and request.headers.get("Access-Control-Request-Method"):
         origin = _cors_origin(request)
         if origin is None:
@@ -242,7 +241,7 @@ async def _cors_preflight(
                 "Vary": "Origin",
             },
         )
-    return await handler(request)
+    return None
 
 
 async def _cors_headers(request: web.Request, response: web.StreamResponse) -> None:
@@ -302,7 +301,7 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
     from transports.websocket import chat_socket
 
     settings = settings or Settings()
-    app = web.Application(middlewares=[_cors_preflight, _errors, _refuse_when_draining, _guard_posts, _authenticate],
+    app = web.Application(middlewares=[_door],
                           client_max_size=settings.max_body_bytes + 1024)
     app[SETTINGS] = settings
     app[AUTH] = build_authenticator(settings)

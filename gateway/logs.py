@@ -1,14 +1,19 @@
 """structlog set-up: JSON or console lines, with context (connection, chat, request ids) bound
-per task through `structlog.contextvars`."""
+per task through `structlog.contextvars`.
+
+`bind()` / `unbind()` bind one such value for a block without a context manager: a connection that
+lives for minutes keeps only the token, not a `bound_contextvars` generator and its frame."""
 
 from __future__ import annotations
 
 import logging
 import sys
+from contextvars import Token
+from typing import Any
 
 import structlog
 
-__all__ = ["configure_logging", "get_logger"]
+__all__ = ["bind", "configure_logging", "get_logger", "unbind"]
 
 
 def _redact_credentials(
@@ -47,6 +52,17 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
         logging.getLogger(noisy).setLevel(max(log_level, logging.WARNING))
     # ADK warns on every partial event that carries no usage metadata, which is all of them.
     logging.getLogger("google_adk.google.adk.telemetry").setLevel(logging.ERROR)
+
+
+def bind(key: str, value: object) -> Token[Any]:
+    """Adds `key=value` to every log line of the current task (and the tasks it starts) until
+    `unbind(key, token)` with the token returned here."""
+    return structlog.contextvars.bind_contextvars(**{key: value})[key]
+
+
+def unbind(key: str, token: Token[Any]) -> None:
+    """Restores `key` to what it was before the `bind()` that returned `token`."""
+    structlog.contextvars.reset_contextvars(**{key: token})
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:

@@ -30,6 +30,11 @@ Caps (`Limits`, from the settings) are answered here, before anything streams:
 - `send` frames per socket: each connection has a `SendWindow` (below), consulted by
   `admit_send()`.
 
+Memory: a connection, a run and a send window are slotted objects whose collections are created
+when first needed, and entering a connection leaves no context-manager frame behind: an idle
+socket holds about 0.3 KiB here, a stream waiting on the model about 1.6 KiB, most of it its run's
+task (see docs/perf/memory-per-connection.md).
+
 `anonymous` (`--auth none` without a user header) is nobody in particular — every client that
 names no one shares it — so only the process caps bound it, not the per-user ones.
 
@@ -40,26 +45,29 @@ one log line `rejected` with the user and the cap (never a token or a prompt).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
+import functools
 import itertools
 import math
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import Coroutine, Set
+from contextvars import Token
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Final
 
 import structlog
 
+from gateway import logs
 from gateway.auth import ANONYMOUS
 from gateway.config import Settings
 from gateway.errors import ChatBusy, LimitReached, Overloaded, TooManyRuns, TooManySockets
 from gateway.leases import Lease, Leases, LocalLeases
 from gateway.metrics import Metrics
-from gateway.streams import ChatKey, StreamLog
+from gateway.streams import ChatKey, StreamLog, Wakeup
 
-__all__ = ["ChatRun", "Connection", "Limits", "Registry", "SendVerdict", "SendWindow"]
+__all__ = ["ChatRun", "Connection", "Done", "Limits", "Registry", "SendVerdict", "SendWindow", "SocketSlot"]
 
 log = structlog.get_logger("gateway.registry")
 
@@ -105,14 +113,17 @@ class SendWindow:
     A `send` is admitted while fewer than `limit` were admitted in the last `SEND_WINDOW_S`
     seconds. Refused sends are remembered too: when the refusals in the window reach
     `ABUSE_FACTOR * limit` (three times the budget sent within a minute), the verdict is CLOSE.
-    Memory is bounded: the queues hold at most `limit` and `ABUSE_FACTOR * limit` timestamps.
+    Memory is bounded: the queues hold at most `limit` and `ABUSE_FACTOR * limit` timestamps, and
+    are created by the first `send` and the first refusal (a socket that never sends holds none).
     """
+
+    __slots__ = ("_admitted", "_refused", "limit", "window_s")
 
     def __init__(self, limit: int, window_s: float = SEND_WINDOW_S) -> None:
         self.limit = limit
         self.window_s = window_s
-        self._admitted: deque[float] = deque(maxlen=limit)
-        self._refused: deque[float] = deque(maxlen=ABUSE_FACTOR * limit)
+        self._admitted: deque[float] | None = None
+        self._refused: deque[float] | None = None
 
     def offer(self, now: float) -> SendVerdict:
         """Counts one `send` at `now` and says what to do with it."""
@@ -120,9 +131,13 @@ class SendWindow:
         for stamps in (self._admitted, self._refused):
             while stamps and stamps[0] <= horizon:
                 stamps.popleft()
+        if self._admitted is None:
+            self._admitted = deque(maxlen=self.limit)
         if len(self._admitted) < self.limit:
             self._admitted.append(now)
             return SendVerdict.ADMIT
+        if self._refused is None:
+            self._refused = deque(maxlen=ABUSE_FACTOR * self.limit)
         self._refused.append(now)
         if len(self._refused) >= ABUSE_FACTOR * self.limit:
             return SendVerdict.CLOSE
@@ -130,12 +145,36 @@ class SendWindow:
 
     def retry_after_s(self, now: float) -> int:
         """Whole seconds until the window admits a `send` again (at least 1)."""
-        if len(self._admitted) < self.limit:
+        if self._admitted is None or len(self._admitted) < self.limit:
             return 1
         return max(1, math.ceil(self._admitted[0] + self.window_s - now))
 
 
-@dataclass(eq=False)
+class Done(Wakeup):
+    """Set once, never cleared: what `asyncio.Event` offers a run's end, without the event's own
+    dict and deque (a future exists only while someone waits)."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self.wake()
+
+    async def wait(self, at_most_s: float | None = None) -> None:
+        """Until it is set (at once if it is), or `at_most_s` seconds."""
+        if not self._set:
+            await super().wait(at_most_s)
+
+
+@dataclass(eq=False, slots=True)
 class ChatRun:
     key: ChatKey
     log: StreamLog
@@ -143,7 +182,7 @@ class ChatRun:
     detached: bool = False
     task: asyncio.Task[None] | None = None
     stopping: bool = False
-    done: asyncio.Event = field(default_factory=asyncio.Event)
+    done: Done = field(default_factory=Done)
     lease: Lease | None = None  # the chat's lease across instances, while the run lives
 
     @property
@@ -168,26 +207,99 @@ class ChatRun:
         self.done.set()
 
 
-@dataclass(eq=False)
 class Connection:
-    id: str
-    kind: str
-    registry: Registry
-    runs: set[ChatRun] = field(default_factory=set)
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
-    deliveries: set[asyncio.Task[Any]] = field(default_factory=set)  # the tasks among them that write a response
-    sends: SendWindow | None = None
+    """One SSE request or one socket: the runs it started and the tasks it owns (see the module
+    docstring). `async with` enters it into its registry and releases it on the way out.
+
+    Its sets exist once something is in them: `runs`, `tasks` and `deliveries` read as empty
+    until then.
+    """
+
+    __slots__ = ("_deliveries", "_log_token", "_runs", "_tasks", "id", "kind", "registry", "sends")
+
+    def __init__(self, id: str, kind: str, registry: Registry, sends: SendWindow | None = None) -> None:
+        self.id = id
+        self.kind = kind
+        self.registry = registry
+        self.sends = sends
+        self._runs: set[ChatRun] | None = None
+        self._tasks: set[asyncio.Task[Any]] | None = None
+        self._deliveries: set[asyncio.Task[Any]] | None = None  # the tasks among them that write a response
+        self._log_token: Token[Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"Connection(id={self.id!r}, runs={len(self.runs)}, tasks={len(self.tasks)})"
+
+    @property
+    def runs(self) -> Set[ChatRun]:
+        """The runs it started that have not ended."""
+        return self._runs if self._runs is not None else frozenset()
+
+    @property
+    def tasks(self) -> Set[asyncio.Task[Any]]:
+        """Its tasks that have not ended (`spawn`)."""
+        return self._tasks if self._tasks is not None else frozenset()
+
+    @property
+    def deliveries(self) -> Set[asyncio.Task[Any]]:
+        """The tasks among `tasks` that write a response."""
+        return self._deliveries if self._deliveries is not None else frozenset()
+
+    def _own(self, run: ChatRun) -> None:
+        if self._runs is None:
+            self._runs = set()
+        self._runs.add(run)
+
+    def _disown(self, run: ChatRun) -> None:
+        if self._runs is not None:
+            self._runs.discard(run)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str, *, delivery: bool = False) -> asyncio.Task[Any]:
         """Starts a task owned by this connection; it is cancelled and awaited on release.
         `delivery`: it writes a response (a shutdown lets it finish writing)."""
         task = asyncio.get_running_loop().create_task(coro, name=f"{self.id}:{name}")
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        if self._tasks is None:
+            self._tasks = set()
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
         if delivery:
-            self.deliveries.add(task)
-            task.add_done_callback(self.deliveries.discard)
+            if self._deliveries is None:
+                self._deliveries = set()
+            self._deliveries.add(task)
+            task.add_done_callback(self._deliveries.discard)
         return task
+
+    async def __aenter__(self) -> Connection:
+        self.registry.connections[self.id] = self
+        self._log_token = logs.bind("connection_id", self.id)
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        token, self._log_token = self._log_token, None
+        if token is not None:
+            logs.unbind("connection_id", token)
+        await self.registry._release(self)
+
+
+class SocketSlot:
+    """`Registry.socket_slot()`: a class rather than a generator, so that a socket holding its slot
+    keeps no generator frame alive."""
+
+    __slots__ = ("registry", "user_id")
+
+    def __init__(self, registry: Registry, user_id: str) -> None:
+        self.registry = registry
+        self.user_id = user_id
+
+    def __enter__(self) -> None:
+        self.registry._take_socket_slot(self.user_id)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.registry._give_socket_slot(self.user_id)
 
 
 class Registry:
@@ -217,16 +329,10 @@ class Registry:
 
     # --- connections -----------------------------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def connection(self, kind: str) -> AsyncIterator[Connection]:
-        conn = Connection(id=f"{kind}-{next(self._ids)}", kind=kind, registry=self,
+    def connection(self, kind: str) -> Connection:
+        """A new connection, to enter with `async with` (it is registered on entry, released on exit)."""
+        return Connection(id=f"{kind}-{next(self._ids)}", kind=kind, registry=self,
                           sends=SendWindow(self.limits.sends_per_minute) if kind == "ws" else None)
-        self.connections[conn.id] = conn
-        try:
-            with structlog.contextvars.bound_contextvars(connection_id=conn.id):
-                yield conn
-        finally:
-            await self._release(conn)
 
     async def _release(self, conn: Connection) -> None:
         try:
@@ -251,7 +357,7 @@ class Registry:
         finally:
             for run in conn.runs:
                 run.owner = None
-            conn.runs.clear()
+            conn._runs = None
             self.connections.pop(conn.id, None)
 
     # --- runs ------------------------------------------------------------------------------
@@ -277,7 +383,7 @@ class Registry:
         self._check_caps(key[0], live=live)
         run = ChatRun(key=key, log=stream_log, owner=owner, detached=self.detach_on_disconnect)
         self.runs[key] = run
-        owner.runs.add(run)
+        owner._own(run)
         self._hold(run, live=live)
         try:
             run.lease = await self._take_lease(run)
@@ -331,36 +437,54 @@ class Registry:
                 self._runs_by_user.pop(user_id, None)
 
     def start(self, run: ChatRun, body: Coroutine[Any, Any, None]) -> None:
-        async def runner() -> None:
-            try:
-                await body
-            finally:
-                try:
-                    if run.lease is not None and run.lease.shared:
-                        # Before `done`: a client that posts its next request to another instance
-                        # the moment this answer ends should find the chat free. Shielded: a second
-                        # cancellation (stop and disconnect at once) must not skip the release.
-                        await asyncio.shield(run.lease.release())
-                finally:
-                    self._forget(run)
+        """Runs `body` as the run's task; when it has ended, the run is forgotten (`_forget`)
+        inside the task, so that once the task is done the run is too."""
+        task = asyncio.get_running_loop().create_task(self._running(run, body), name=f"run:{run.key[1]}")
+        run.task = task
+        # A task cancelled before its first step never runs `_running`'s `finally`.
+        task.add_done_callback(functools.partial(self._ended, run, body))
 
-        run.task = asyncio.get_running_loop().create_task(runner(), name=f"run:{run.key[1]}")
+    async def _running(self, run: ChatRun, body: Coroutine[Any, Any, None]) -> None:
+        try:
+            await body
+        finally:
+            try:
+                if run.lease is not None and run.lease.shared:
+                    # Before `done`: a client that posts its next request to another instance
+                    # the moment this answer ends should find the chat free. Shielded: a second
+                    # cancellation (stop and disconnect at once) must not skip the release.
+                    await asyncio.shield(run.lease.release())
+            finally:
+                self._forget(run)
+
+    def _ended(self, run: ChatRun, body: Coroutine[Any, Any, None], _task: asyncio.Task[None]) -> None:
+        """The run's task is done: normally `_running` has forgotten it already (this repeats
+        nothing); a task cancelled before its first step ran neither `body` nor `_running`."""
+        body.close()  # a no-op once it has run; a body that never started is not left unawaited
+        lease = run.lease
+        if lease is not None and lease.shared and not lease.released:
+            self._release_lease(lease)
+        self._forget(run)
 
     def release_unstarted(self, run: ChatRun) -> None:
         """Gives back a claim whose run never started (its preparation failed)."""
         if run.lease is not None and run.lease.shared:
-            release = asyncio.get_running_loop().create_task(run.lease.release(), name="lease-release")
-            self._lease_releases.add(release)
-            release.add_done_callback(self._lease_releases.discard)
+            self._release_lease(run.lease)
         self._forget(run)
 
+    def _release_lease(self, lease: Lease) -> None:
+        release = asyncio.get_running_loop().create_task(lease.release(), name="lease-release")
+        self._lease_releases.add(release)
+        release.add_done_callback(self._lease_releases.discard)
+
     def _forget(self, run: ChatRun) -> None:
-        """The run has ended (or never started): its chat, owner and caps are free again."""
+        """The run has ended (or never started): its chat, owner and caps are free again
+        (idempotent)."""
         run.done.set()
         if self.runs.get(run.key) is run:
             del self.runs[run.key]
         if run.owner is not None:
-            run.owner.runs.discard(run)
+            run.owner._disown(run)
         self._let_go(run)
 
     def active_run(self, key: ChatKey) -> ChatRun | None:
@@ -405,24 +529,26 @@ class Registry:
 
     # --- caps on sockets and frames --------------------------------------------------------
 
-    @contextlib.contextmanager
-    def socket_slot(self, user_id: str) -> Iterator[None]:
-        """Holds one of the user's socket slots for the block, or raises `TooManySockets`.
+    def socket_slot(self, user_id: str) -> SocketSlot:
+        """Holds one of the user's socket slots for a `with` block, or raises `TooManySockets` on
+        entering it.
 
         Entered before the upgrade, so a refusal is still an HTTP answer (429 + Retry-After).
         """
+        return SocketSlot(self, user_id)
+
+    def _take_socket_slot(self, user_id: str) -> None:
         held = self._sockets_by_user.get(user_id, 0)
         if user_id != ANONYMOUS and held >= self.limits.sockets_per_user:
             raise self._refuse(TooManySockets(), user_id, self.limits.sockets_per_user)
         self._sockets_by_user[user_id] = held + 1
-        try:
-            yield
-        finally:
-            left = self._sockets_by_user.get(user_id, 0) - 1
-            if left > 0:
-                self._sockets_by_user[user_id] = left
-            else:
-                self._sockets_by_user.pop(user_id, None)
+
+    def _give_socket_slot(self, user_id: str) -> None:
+        left = self._sockets_by_user.get(user_id, 0) - 1
+        if left > 0:
+            self._sockets_by_user[user_id] = left
+        else:
+            self._sockets_by_user.pop(user_id, None)
 
     def admit_send(self, conn: Connection, user_id: str) -> SendVerdict:
         """Counts one `send` frame on the socket; a refusal is counted and logged here."""

@@ -29,6 +29,10 @@ A finished log stays resumable for `retention_s` only while no client has receiv
 client that dropped just before the end can still fetch it); once one has, resume answers
 "nothing active".
 
+Memory per log, besides its chunks, is a few hundred bytes: the wake-up of waiting readers
+(`Wakeup`) holds futures only while someone waits, and a follower's queue exists only during a
+replay's prefix. See docs/perf/memory-per-connection.md.
+
 `StreamStore` is the seam for several processes: the in-memory store serves one process; the
 Redis store (`gateway.redis_streams`) lets any process resume a run another process is writing.
 `lookup()` is the resume entry point (async, so a shared store can ask its server);
@@ -38,7 +42,6 @@ Redis store (`gateway.redis_streams`) lets any process resume a run another proc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections import deque
@@ -51,7 +54,7 @@ import structlog
 
 from gateway import encoding
 
-__all__ = ["Follower", "FollowerOverrun", "LogEntry", "MemoryStreamStore", "StreamLog", "StreamStore"]
+__all__ = ["Follower", "FollowerOverrun", "LogEntry", "MemoryStreamStore", "StreamLog", "StreamStore", "Wakeup"]
 
 logger = structlog.get_logger("gateway.streams")
 
@@ -60,6 +63,44 @@ ChatKey = tuple[str, str]  # (user id, chat id)
 # Dropped chunks leave a hole at the head of the entry list; it is compacted once the hole is this
 # long and at least half the list (amortised O(1) per chunk, O(1) indexing by sequence).
 _COMPACT_AFTER = 1024
+
+
+class Wakeup:
+    """Wakes every task waiting in `wait()` at once (`wake()`): an `asyncio.Event` that is set and
+    replaced, without the event's own dict and deque. Waiters are plain futures, kept in a list
+    created by the first wait; an idle log holds none."""
+
+    __slots__ = ("_waiters",)
+
+    def __init__(self) -> None:
+        self._waiters: list[asyncio.Future[None]] | None = None
+
+    async def wait(self, at_most_s: float | None = None) -> None:
+        """Until the next `wake()`, or `at_most_s` seconds."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(waiter)
+        timer = None if at_most_s is None else loop.call_later(at_most_s, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            waiters = self._waiters
+            if waiters is not None and waiter in waiters:
+                waiters.remove(waiter)
+
+    def wake(self) -> None:
+        waiters, self._waiters = self._waiters, None
+        for waiter in waiters or ():
+            _resolve(waiter)
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class FollowerOverrun(Exception):
@@ -100,7 +141,7 @@ class Follower:
         self._taken = 0  # the log's byte offset of `position`
         self._dropped = 0  # what it had not read when it was overrun
         self._prefix = prefix  # a replay's prefix chunks, sent after the first chunk
-        self._queued: deque[LogEntry] = deque()
+        self._queued: deque[LogEntry] | None = None  # a replay's prefix chunks, while they are sent
 
     @property
     def backlog(self) -> int:
@@ -120,7 +161,10 @@ class Follower:
         if self.overrun:
             raise FollowerOverrun(f"fell behind past {self.budget} bytes")
         if self._queued:
-            return self._queued.popleft()
+            entry = self._queued.popleft()
+            if not self._queued:
+                self._queued = None
+            return entry
         log = self.log
         if self.position < log.end:
             kind, data = log._entry(self.position)
@@ -134,11 +178,11 @@ class Follower:
             return entry
         if log.closed and self._prefix is not None:  # a replay of a log that ended before its first chunk
             self._queue_prefix()
-            return self._queued.popleft() if self._queued else None
+            return self.take()
         return None
 
     def _queue_prefix(self) -> None:
-        self._queued.extend(LogEntry.of(-1, wire) for wire in self._prefix or ())
+        self._queued = deque(LogEntry.of(-1, wire) for wire in self._prefix or ())
         self._prefix = None
 
     def detach(self) -> None:
@@ -157,6 +201,10 @@ class Follower:
 class StreamLog:
     """One response's chunks; see the module docstring."""
 
+    __slots__ = ("__dict__", "_changed", "_delivered", "_entries", "_followers", "_head", "_last_size", "_on_delivered",
+                 "appended_bytes", "closed", "closed_at", "first", "kept_bytes", "key", "max_bytes", "overflowed",
+                 "peak_bytes", "replay_prefix")
+
     def __init__(self, *, key: ChatKey, max_bytes: int) -> None:
         self.key = key
         self.max_bytes = max_bytes
@@ -173,9 +221,9 @@ class StreamLog:
         self._entries: list[tuple[str, bytes] | None] = []  # None: dropped, not compacted yet
         self._head = 0  # index of `first` in `_entries`
         self._followers: dict[Follower, None] = {}
-        self._changed = asyncio.Event()
+        self._changed = Wakeup()
         self._delivered = False
-        self._on_delivered: list[Callable[[StreamLog], None]] = []
+        self._on_delivered: list[Callable[[StreamLog], None]] | None = None
 
     def __repr__(self) -> str:
         return (f"StreamLog(key={self.key!r}, chunks={self.first}..{self.end}, kept_bytes={self.kept_bytes}, "
@@ -234,18 +282,11 @@ class StreamLog:
 
     async def changed(self, at_most_s: float | None = None) -> None:
         """Waits until the log changes (a chunk, the end, a wake-up), or `at_most_s` seconds."""
-        event = self._changed
-        if at_most_s is None:
-            await event.wait()
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(at_most_s):
-                await event.wait()
+        await self._changed.wait(at_most_s)
 
     def wake(self) -> None:
         """Wakes every follower waiting in `changed()` (e.g. their connection was cut)."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._changed.wake()
 
     # --- writing ------------------------------------------------------------------------------
 
@@ -291,11 +332,13 @@ class StreamLog:
         first = value and not self._delivered
         self._delivered = value
         if first:
-            for callback in list(self._on_delivered):
+            for callback in list(self._on_delivered or ()):
                 callback(self)
 
     def when_delivered(self, callback: Callable[[StreamLog], None]) -> None:
         """Calls `callback(log)` once, when `delivered` first becomes true (a shared store's hook)."""
+        if self._on_delivered is None:
+            self._on_delivered = []
         self._on_delivered.append(callback)
 
     # --- the bound ----------------------------------------------------------------------------
@@ -367,6 +410,7 @@ class MemoryStreamStore:
         self.retention_s = retention_s
         self.max_bytes = max_bytes
         self._logs: dict[ChatKey, StreamLog] = {}
+        self._next_sweep = 0.0
 
     def add(self, log: StreamLog) -> None:
         """Makes a new run's log the chat's resumable stream (replacing the previous one)."""
@@ -376,7 +420,7 @@ class MemoryStreamStore:
     def resumable(self, key: ChatKey) -> StreamLog | None:
         self._sweep()
         log = self._logs.get(key)
-        if log is None or (log.closed and log.delivered):
+        if log is None or (log.closed and log.delivered) or self._expired(log):
             return None
         if log.overflowed:
             logger.info("resume_refused", chat_id=key[1], reason="over_budget", max_bytes=log.max_bytes)
@@ -409,8 +453,16 @@ class MemoryStreamStore:
         if self._logs.get(log.key) is log:
             del self._logs[log.key]
 
+    def _expired(self, log: StreamLog) -> bool:
+        return log.closed_at is not None and time.monotonic() - log.closed_at >= self.retention_s
+
     def _sweep(self) -> None:
+        # At most once a second: a scan of every kept log on every run's start would cost each
+        # turn in proportion to the runs of the last `retention_s`.
         now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + min(1.0, self.retention_s)
         stale = [
             key
             for key, log in self._logs.items()

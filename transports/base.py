@@ -4,10 +4,18 @@ the client reads.
 How it works
 ------------
 The chat service appends chunks to a stream log; `deliver()` follows that log (a
-`streams.Follower`) and hands each chunk to a transport — the bytes serialised when the chunk was
+`streams.Follower`) and hands its chunks to a transport — the bytes serialised when the chunk was
 logged, adapted only where an `ai` 6 client needs it — with keep-alives while the log is idle. It
 is one loop in one task: take a chunk, write it, take the next. A chunk leaves the log only when
 the previous write returned, so nothing queues between the log and aiohttp's own flow control.
+
+Writes are coalesced: when several chunks are already waiting (a fast model, or a reader catching
+up after the socket was busy), they go out together (`Transport.send_entries`), up to
+`MAX_BATCH_BYTES` of chunk JSON. SSE writes their events in one `write`; a WebSocket sends one
+frame per chunk, back to back under one hold of the socket (aiohttp's `send_frame` only waits for
+a drain once its writer has buffered 64 KiB, so consecutive frames are not drained one by one).
+The chunks after the first are taken from the log lazily, as the transport writes them: until the
+write that carries them they stay in the log, counted in the follower's backlog.
 
 Slow readers
 ------------
@@ -45,7 +53,7 @@ import abc
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
@@ -59,13 +67,27 @@ if TYPE_CHECKING:
     from gateway.metrics import Metrics
     from gateway.registry import Connection
 
-__all__ = ["CUT_TIMEOUT_S", "SlowReaderGuard", "Transport", "adapt_entry", "adapt_wire", "deliver", "stop_runs"]
+__all__ = [
+    "CUT_TIMEOUT_S",
+    "MAX_BATCH_BYTES",
+    "SlowReaderGuard",
+    "Transport",
+    "adapt_entry",
+    "adapt_wire",
+    "deliver",
+    "stop_runs",
+]
 
 log = structlog.get_logger("transports.base")
 
 # How long a cut connection may take to flush its last words (an `error` chunk, a close frame)
 # before its socket is aborted.
 CUT_TIMEOUT_S: Final = 2.0
+
+# The most chunk JSON (bytes) one coalesced write takes from the log when several chunks are
+# waiting (a first chunk larger than this still goes out whole). aiohttp waits for a drain past
+# 64 KiB of buffered output anyway, so a larger write would only copy more at once.
+MAX_BATCH_BYTES: Final = 64 * 1024
 
 # The only chunk types an `ai` 6 client needs changed (see `adapt_wire`).
 _V6_ADAPTED: Final = frozenset({"tool-approval-response", "finish"})
@@ -96,6 +118,8 @@ def adapt_entry(entry: LogEntry, major: int) -> bytes | None:
 class Transport(abc.ABC):
     """Carries one response to one client."""
 
+    __slots__ = ()
+
     major: int = 6
 
     @abc.abstractmethod
@@ -116,6 +140,17 @@ class Transport(abc.ABC):
         data = adapt_entry(entry, self.major)
         if data is not None:
             await self.send_encoded(entry.sequence, data)
+
+    async def send_entries(self, entries: Iterable[LogEntry]) -> None:
+        """Sends logged chunks that were waiting together, adapted to the client's version.
+
+        `entries` is lazy: each chunk after the first is taken from the log as it is iterated,
+        so a transport iterates it when it is about to write (not before waiting for its turn
+        on a shared socket). Transports that can write several chunks at once override this;
+        by default each goes out on its own (`send_entry`).
+        """
+        for entry in entries:
+            await self.send_entry(entry)
 
     @abc.abstractmethod
     async def keepalive(self) -> None:
@@ -143,6 +178,9 @@ class SlowReaderGuard:
         metrics: where cuts are counted.
         on_cut: called once, at the cut (a socket starts its 4008 close there).
     """
+
+    __slots__ = ("_closed", "_followers", "_over_timer", "_stall_timer", "_writes", "connection", "error",
+                 "grace_s", "max_pending_bytes", "metrics", "on_cut", "transport", "user_id")
 
     def __init__(
         self,
@@ -274,11 +312,29 @@ def _abort_unless_closed(connection: asyncio.Transport) -> None:
         connection.abort()
 
 
+def _waiting(follower: Follower, first: LogEntry, guard: SlowReaderGuard | None) -> Iterator[LogEntry]:
+    """`first`, then the chunks already waiting after it, each taken from the log only when it is
+    asked for, up to `MAX_BATCH_BYTES` (see the module docstring). Stops at the first chunk not
+    there yet, at a cut, and at an overrun (left for `deliver`'s next take to raise)."""
+    yield first
+    size = len(first.data)
+    while size < MAX_BATCH_BYTES and (guard is None or guard.error is None):
+        try:
+            entry = follower.take()
+        except FollowerOverrun:
+            return
+        if entry is None:
+            return
+        size += len(entry.data)
+        yield entry
+
+
 async def deliver(
     follower: Follower, transport: Transport, *, keepalive_s: float | None = 15.0,
     guard: SlowReaderGuard | None = None,
 ) -> None:
-    """Sends the follower's chunks until its log is closed and read, with keep-alives when idle.
+    """Sends the follower's chunks until its log is closed and read, with keep-alives when idle;
+    chunks already waiting go out together (`Transport.send_entries`).
 
     Args:
         follower: where to read (attached by the caller, which also detaches it).
@@ -306,7 +362,7 @@ async def deliver(
                     raise
                 break
             if entry is not None:
-                await transport.send_entry(entry)
+                await transport.send_entries(_waiting(follower, entry, guard))
                 last_sent = loop.time()
             elif stream_log.closed:
                 await transport.close()

@@ -4,6 +4,13 @@ Disconnects: the app runs with aiohttp's `handler_cancellation`, so a client tha
 cancels its handler at once; leaving `registry.connection()` then stops the run (unless runs
 detach on disconnect) and waits for it, so no tool runs after the client is gone.
 
+Writes: chunks already waiting in the log go out as one `write` of their events (see
+`transports.base`, "Writes are coalesced").
+
+Memory: a held stream keeps its handler's frame and the objects below (a slotted transport, the
+guard, the registry connection, the run); the parsed request body is let go once the run has
+started. See docs/perf/memory-per-connection.md.
+
 Slow readers: each response has a `SlowReaderGuard` (transports.base). A cut response gets an
 `error` chunk and `[DONE]` if they can still be written in time, then its connection is closed
 (or aborted, when it cannot flush); the handler returns and the run stops as on a disconnect.
@@ -13,20 +20,22 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
 from aiohttp import web
 from pydantic import ValidationError
 
-from gateway import encoding, jsonparse
+from gateway import encoding, jsonparse, logs
 from gateway.auth import AnonymousAuth
 from gateway.chat import RequestContext
 from gateway.errors import BadRequest, GatewayError, HistoryTooLong, LimitReached, PayloadTooLarge, SlowReader
 from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS
-from gateway.registry import Connection
+from gateway.registry import ChatRun, Connection
 from gateway.requests import ChatRequest, message_count, validate_chat_request
-from transports.base import SlowReaderGuard, Transport, deliver, stop_runs
+from gateway.streams import LogEntry
+from transports.base import SlowReaderGuard, Transport, adapt_entry, deliver, stop_runs
 
 __all__ = ["SSETransport", "caller_of", "chat_post", "chat_resume", "chat_stop", "client_major", "slow_reader_guard"]
 
@@ -34,6 +43,8 @@ log = structlog.get_logger("transports.sse")
 
 
 class SSETransport(Transport):
+    __slots__ = ("guard", "major", "request", "response")
+
     def __init__(self, request: web.Request, major: int, guard: SlowReaderGuard | None = None) -> None:
         self.request = request
         self.major = major
@@ -59,6 +70,16 @@ class SSETransport(Transport):
 
     async def send_encoded(self, sequence: int, chunk: bytes) -> None:
         await self._write(encoding.sse_data(chunk))
+
+    async def send_entries(self, entries: Iterable[LogEntry]) -> None:
+        """Every chunk waiting, as the events of one write."""
+        parts: list[bytes] = []
+        for entry in entries:
+            data = adapt_entry(entry, self.major)
+            if data is not None:
+                parts += (b"data: ", data, b"\n\n")
+        if parts:
+            await self._write(b"".join(parts))
 
     async def keepalive(self) -> None:
         await self._write(encoding.SSE_KEEPALIVE)
@@ -146,22 +167,28 @@ async def _read_body(request: web.Request, limit: int) -> ChatRequest:
         raise BadRequest(f"Invalid request body at '{where}': {first['msg']}.", code="invalid_body") from None
 
 
+async def _start_run(request: web.Request, request_id: str, conn: Connection) -> tuple[ChatRun, RequestContext]:
+    """Reads the body and starts its run (a `GatewayError` before anything streams). A frame of
+    its own, so that the parsed body is let go once the run has started."""
+    body = await _read_body(request, request.app[SETTINGS].max_body_bytes)
+    ctx = RequestContext(user_id=caller_of(request, body.model_extra), request_id=request_id,
+                         major=client_major(request.headers))
+    structlog.contextvars.bind_contextvars(chat_id=body.id)
+    return await request.app[SERVICE].start(body, ctx, conn), ctx
+
+
 async def chat_post(request: web.Request) -> web.StreamResponse:
     settings = request.app[SETTINGS]
     service = request.app[SERVICE]
     request_id = request.headers.get("x-request-id") or uuid.uuid4().hex[:16]
     service.metrics.requests.labels(transport="sse").inc()
-    with structlog.contextvars.bound_contextvars(request_id=request_id):
+    # Bound and reset with a token (`gateway.logs.bind`): no context manager's frame stays behind
+    # for the life of the stream.
+    log_token = logs.bind("request_id", request_id)
+    try:
         async with service.registry.connection("sse") as conn:
             try:
-                body = await _read_body(request, settings.max_body_bytes)
-                ctx = RequestContext(
-                    user_id=caller_of(request, body.model_extra),
-                    request_id=request_id,
-                    major=client_major(request.headers),
-                )
-                structlog.contextvars.bind_contextvars(chat_id=body.id)
-                run = await service.start(body, ctx, conn)
+                run, ctx = await _start_run(request, request_id, conn)
             except GatewayError as exc:
                 service.metrics.request_errors.labels(code=exc.error_code).inc()
                 if not isinstance(exc, LimitReached):  # a cap's refusal was logged where it was decided
@@ -181,6 +208,8 @@ async def chat_post(request: web.Request) -> web.StreamResponse:
                 finally:
                     guard.close()
             return transport.response
+    finally:
+        logs.unbind("request_id", log_token)
 
 
 async def chat_resume(request: web.Request) -> web.StreamResponse:

@@ -11,6 +11,14 @@ stream log. When the socket closes — by the client, a failed heartbeat, or shu
 the registry connection stops every run it started (unless runs detach on disconnect), ends a
 live session, and cancels and awaits every delivery task.
 
+Writes: chunks already waiting in a request's log go out back to back under one hold of the
+socket, one frame each (see `transports.base`, "Writes are coalesced").
+
+Memory: an idle socket holds its handler's frame, aiohttp's request and WebSocket objects, and
+the slotted objects here (the session, its guard, its registry connection); the send lock and the
+send window's queues are created by the first frame that needs them. See
+docs/perf/memory-per-connection.md.
+
 Slow readers: the socket has one `SlowReaderGuard` (transports.base) over all its requests and
 frames. A cut socket stops its deliveries and closes with 4008 "slow"; if the close frame cannot
 be flushed within `CUT_TIMEOUT_S` the guard aborts the socket, so a blocked write never keeps the
@@ -29,13 +37,14 @@ import base64
 import binascii
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 from aiohttp import WSCloseCode, WSMsgType, web
 from pydantic import ValidationError
 
-from gateway import encoding, jsonparse
+from gateway import encoding, jsonparse, logs
 from gateway.approval import ApprovalRefused
 from gateway.auth import bearer_token, redact
 from gateway.chat import RequestContext
@@ -57,8 +66,8 @@ from gateway.requests import (
     message_count,
     validate_frame,
 )
-from gateway.streams import StreamLog
-from transports.base import SlowReaderGuard, Transport, deliver, stop_runs
+from gateway.streams import LogEntry, StreamLog
+from transports.base import SlowReaderGuard, Transport, adapt_entry, deliver, stop_runs
 from transports.sse import caller_of, client_major
 
 if TYPE_CHECKING:
@@ -72,10 +81,14 @@ log = structlog.get_logger("transports.websocket")
 
 MAX_BAD_FRAMES: Final = 10
 KNOWN_FRAME_TYPES: Final = frozenset({"send", "resume", "abort", *LIVE_FRAME_TYPES})
+# What ends `async for message in ws` (aiohttp's `__anext__`); `serve` reads with `receive()`.
+_CLOSING: Final = frozenset({WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED})
 
 
 class WebSocketRequestTransport(Transport):
     """Carries one request's chunks over a shared socket."""
+
+    __slots__ = ("major", "request_id", "sequence", "socket")
 
     def __init__(self, socket: SocketSession, request_id: str, major: int, first_sequence: int = 0) -> None:
         self.socket = socket
@@ -95,6 +108,18 @@ class WebSocketRequestTransport(Transport):
     async def send_encoded(self, sequence: int, chunk: bytes) -> None:
         await self.socket.send_frame(encoding.ws_chunk_encoded(self.request_id, self.sequence, chunk))
         self.sequence += 1
+
+    async def send_entries(self, entries: Iterable[LogEntry]) -> None:
+        """Every chunk waiting, one frame each, back to back under one hold of the socket."""
+        await self.socket.send_frames(self._frames(entries))
+
+    def _frames(self, entries: Iterable[LogEntry]) -> Iterator[bytes]:
+        for entry in entries:
+            data = adapt_entry(entry, self.major)
+            if data is not None:
+                frame = encoding.ws_chunk_encoded(self.request_id, self.sequence, data)
+                self.sequence += 1
+                yield frame
 
     async def keepalive(self) -> None:
         """Idle sockets are kept alive by WebSocket pings (aiohttp's heartbeat)."""
@@ -124,6 +149,9 @@ def origin_allowed(request: web.Request, allowed: frozenset[str]) -> bool:
 class SocketSession:
     """One socket's requests; see the module docstring."""
 
+    __slots__ = ("_send_lock", "_slow_close", "bad_frames", "conn", "deliveries", "guard", "http_request", "live",
+                 "live_request_id", "live_sequence", "runs", "service", "settings", "user_id", "ws")
+
     def __init__(
         self,
         ws: web.WebSocketResponse,
@@ -146,7 +174,7 @@ class SocketSession:
         self.live_request_id: str | None = None
         self.live_sequence = 0
         self.bad_frames = 0
-        self._send_lock = asyncio.Lock()
+        self._send_lock: asyncio.Lock | None = None  # created by the first frame sent
         connection = request.transport
         self.guard = SlowReaderGuard(
             connection if isinstance(connection, asyncio.Transport) else None,
@@ -159,18 +187,37 @@ class SocketSession:
         )
         self._slow_close: asyncio.Task[Any] | None = None
 
+    def _lock(self) -> asyncio.Lock:
+        if self._send_lock is None:
+            self._send_lock = asyncio.Lock()
+        return self._send_lock
+
     async def send(self, text: str) -> None:
-        async with self._send_lock:
+        async with self._lock():
             if not self.ws.closed and self.guard.error is None:
                 with self.guard.writing():
                     await self.ws.send_str(text)
 
     async def send_frame(self, text: bytes) -> None:
         """Sends a text frame given as UTF-8 (a chunk serialised once, when it was logged)."""
-        async with self._send_lock:
+        async with self._lock():
             if not self.ws.closed and self.guard.error is None:
                 with self.guard.writing():
                     await self.ws.send_frame(text, WSMsgType.TEXT)
+
+    async def send_frames(self, frames: Iterable[bytes]) -> None:
+        """Sends text frames given as UTF-8 back to back, under one hold of the socket. `frames`
+        is iterated only once the socket is free (see `Transport.send_entries`). aiohttp's
+        `send_frame` writes each frame to the transport at once and waits for a drain only past
+        its writer's limit (64 KiB), so the frames are not drained one by one."""
+        async with self._lock():
+            if self.ws.closed or self.guard.error is not None:
+                return
+            with self.guard.writing():
+                for frame in frames:
+                    await self.ws.send_frame(frame, WSMsgType.TEXT)
+                    if self.ws.closed or self.guard.error is not None:
+                        return
 
     def _on_slow(self, error: GatewayError) -> None:
         """The guard cut this socket: its runs stop and it closes with 4008. Not cancelled
@@ -182,23 +229,25 @@ class SocketSession:
             )
 
     async def serve(self) -> None:
+        """Reads the socket's frames until it closes (one frame of this coroutine while idle)."""
         try:
-            await self._read_frames()
+            while True:
+                # `receive()` rather than `async for`: one coroutine frame less while idle.
+                message = await self.ws.receive()
+                if message.type in _CLOSING:
+                    break
+                if message.type is WSMsgType.TEXT:
+                    await self._on_text(message.data)
+                elif message.type is WSMsgType.BINARY:
+                    await self._on_binary(message.data)
+                elif message.type is WSMsgType.ERROR:
+                    log.info("socket_error", error=repr(self.ws.exception()))
+                    break
+                if self.bad_frames >= MAX_BAD_FRAMES:
+                    await self.ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"too many bad frames")
+                    break
         finally:
             self.guard.close()
-
-    async def _read_frames(self) -> None:
-        async for message in self.ws:
-            if message.type is WSMsgType.TEXT:
-                await self._on_text(message.data)
-            elif message.type is WSMsgType.BINARY:
-                await self._on_binary(message.data)
-            elif message.type is WSMsgType.ERROR:
-                log.info("socket_error", error=repr(self.ws.exception()))
-                break
-            if self.bad_frames >= MAX_BAD_FRAMES:
-                await self.ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"too many bad frames")
-                break
 
     # --- frames ----------------------------------------------------------------------------
 
@@ -522,7 +571,10 @@ async def chat_socket(request: web.Request) -> web.StreamResponse:
         sockets = request.app[SOCKETS]
         sockets.add(ws)
         service.metrics.connections.labels(kind="ws").inc()
-        with structlog.contextvars.bound_contextvars(socket_id=uuid.uuid4().hex[:12]):
+        # Bound and reset with a token (`gateway.logs.bind`): no context manager's frame stays
+        # behind for the life of the socket.
+        log_token = logs.bind("socket_id", uuid.uuid4().hex[:12])
+        try:
             log.info("socket_open", user_id=user_id, path=redact(request.path_qs),
                      origin=request.headers.get("Origin"), peer=request.remote)
             try:
@@ -537,4 +589,6 @@ async def chat_socket(request: web.Request) -> web.StreamResponse:
                 service.metrics.connections.labels(kind="ws").dec()
                 if not ws.closed:
                     await ws.close()
+        finally:
+            logs.unbind("socket_id", log_token)
         return ws

@@ -1,0 +1,162 @@
+"""The registry's and the stream log's small objects: their lazily created parts behave like the
+eager ones they replace (see docs/perf/memory-per-connection.md), and a run whose task is
+cancelled before it ever ran is still forgotten.
+
+Nothing waits on time except the one test of `Wakeup`'s bound, which uses a tiny one. A step
+that must come after waiters have started waiting is a `call_soon` callback: it runs after the
+waiters' first steps, which were scheduled before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from gateway.registry import Done, Registry, SendVerdict, SendWindow
+from gateway.streams import StreamLog, Wakeup
+
+
+def later(step: Callable[[], object]) -> None:
+    asyncio.get_running_loop().call_soon(step)
+
+
+async def test_wakeup_wakes_every_waiter_and_keeps_nothing_when_idle() -> None:
+    wakeup = Wakeup()
+    assert not wakeup._waiters
+    waiters = [asyncio.ensure_future(wakeup.wait()) for _ in range(3)]
+    waiting: list[int] = []
+    later(lambda: (waiting.append(len(wakeup._waiters or ())), wakeup.wake()))
+    await asyncio.gather(*waiters)
+    assert waiting == [3] and not wakeup._waiters
+
+
+async def test_wakeup_wait_is_bounded_and_a_cancelled_waiter_leaves() -> None:
+    wakeup = Wakeup()
+    await wakeup.wait(0.001)  # nothing wakes it: the bound does
+    assert not wakeup._waiters
+    waiter = asyncio.ensure_future(wakeup.wait())
+    later(waiter.cancel)
+    await asyncio.gather(waiter, return_exceptions=True)
+    assert waiter.cancelled() and not wakeup._waiters
+
+
+async def test_a_wake_before_the_wait_is_not_remembered() -> None:
+    """Like the `asyncio.Event` that was set and replaced: a wake-up is for those waiting now."""
+    wakeup = Wakeup()
+    wakeup.wake()
+    waiter = asyncio.ensure_future(wakeup.wait())
+    seen: list[bool] = []
+    later(lambda: (seen.append(waiter.done()), wakeup.wake()))
+    await waiter
+    assert seen == [False]
+
+
+async def test_done_is_latched() -> None:
+    done = Done()
+    waiter = asyncio.ensure_future(done.wait())
+    seen: list[bool] = []
+    later(lambda: (seen.append(waiter.done() or done.is_set()), done.set()))
+    await waiter
+    assert seen == [False] and done.is_set()
+    await done.wait()  # set: returns at once
+    done.set()  # idempotent
+
+
+async def test_log_wakes_followers_waiting_for_a_change() -> None:
+    log = StreamLog(key=("u", "c"), max_bytes=1 << 20)
+    follower = log.attach(0)
+    waiter = asyncio.ensure_future(log.changed())
+    later(lambda: log.append({"type": "start"}))
+    await waiter
+    entry = follower.take()
+    assert entry is not None and entry.kind == "start"
+    assert not log._changed._waiters
+
+
+async def test_a_replay_prefix_follows_the_first_chunk_and_leaves_no_queue() -> None:
+    log = StreamLog(key=("u", "c"), max_bytes=1 << 20)
+    log.replay_prefix = [{"type": "text-start", "id": "p"}, {"type": "text-end", "id": "p"}]
+    log.append({"type": "start"})
+    log.append({"type": "finish"})
+    follower = log.attach(0, replay=True)
+    kinds = []
+    while (entry := follower.take()) is not None:
+        kinds.append((entry.sequence, entry.kind))
+    assert kinds == [(0, "start"), (-1, "text-start"), (-1, "text-end"), (1, "finish")]
+    assert follower._queued is None
+
+
+def test_a_replay_of_a_log_that_ended_before_its_first_chunk_sends_the_prefix() -> None:
+    log = StreamLog(key=("u", "c"), max_bytes=1 << 20)
+    log.replay_prefix = [{"type": "text-start", "id": "p"}]
+    log.close()
+    follower = log.attach(0, replay=True)
+    entry = follower.take()
+    assert entry is not None and (entry.sequence, entry.kind) == (-1, "text-start")
+    assert follower.take() is None
+
+
+def test_send_window_creates_its_queues_when_needed() -> None:
+    window = SendWindow(2, window_s=60.0)
+    assert window._admitted is None and window._refused is None
+    assert window.retry_after_s(0.0) == 1
+    assert [window.offer(t) for t in (0.0, 1.0)] == [SendVerdict.ADMIT, SendVerdict.ADMIT]
+    assert window._refused is None
+    assert window.offer(2.0) is SendVerdict.REFUSE
+    assert window.retry_after_s(2.0) == 58
+    assert window.offer(3.0) is SendVerdict.REFUSE
+    assert window.offer(4.0) is SendVerdict.REFUSE
+    assert window.offer(5.0) is SendVerdict.CLOSE  # refusals reached twice the limit
+    assert window.offer(61.0) is SendVerdict.ADMIT  # the first admitted send left the window
+
+
+async def test_a_connection_reads_as_empty_until_it_owns_something() -> None:
+    registry = Registry()
+    async with registry.connection("ws") as conn:
+        assert registry.connections == {conn.id: conn}
+        assert not conn.runs and not conn.tasks and not conn.deliveries
+        blocker = asyncio.Event()
+        task = conn.spawn(blocker.wait(), "wait", delivery=True)
+        assert conn.tasks == {task} and conn.deliveries == {task}
+        blocker.set()
+        await task  # its done callbacks, added when it was spawned, have run
+        assert not conn.tasks and not conn.deliveries
+    assert registry.connections == {}
+
+
+async def test_a_run_cancelled_before_its_task_ran_is_still_forgotten() -> None:
+    registry = Registry()
+    ran: list[str] = []
+
+    async def body() -> None:
+        ran.append("body")
+
+    async with registry.connection("sse") as conn:
+        key = ("u", "c")
+        run = await registry.claim(key, conn, StreamLog(key=key, max_bytes=1024))
+        registry.start(run, body())
+        run.cancel()  # before the task's first step: `body` never runs
+        async with asyncio.timeout(5):
+            await run.stop()
+        assert ran == []
+        assert run.done.is_set()
+        assert registry.counts() == {"connections": 1, "runs": 0}
+        assert not conn.runs and registry.held()["runs"] == 0
+
+
+async def test_a_run_that_ends_frees_its_chat_and_its_owner() -> None:
+    registry = Registry()
+
+    async def body() -> None:
+        pass
+
+    async with registry.connection("sse") as conn:
+        key = ("u", "c")
+        run = await registry.claim(key, conn, StreamLog(key=key, max_bytes=1024))
+        assert conn.runs == {run}
+        registry.start(run, body())
+        assert run.task is not None
+        await run.task
+        await run.done.wait()
+        assert registry.active_run(key) is None and not conn.runs
+        assert registry.held()["runs"] == 0
