@@ -387,6 +387,7 @@ class AgentHost:
             self.runner = Runner(app_name=agent.name, agent=agent, session_service=self.session_service,
                                  plugins=[bounds_plugin, plugin])
         self.max_llm_calls = max_llm_calls
+        self._run_configs: dict[bool, RunConfig] = {}
         self.model_timeout_s = 0.0
         self.metrics = Metrics()
         self._tools: dict[str, BaseTool] = {}
@@ -494,8 +495,14 @@ class AgentHost:
     # --- runs ----------------------------------------------------------------------------------
 
     def run_config(self) -> RunConfig:
-        return RunConfig(streaming_mode=StreamingMode.SSE, max_llm_calls=self.max_llm_calls,
-                         telemetry=telemetry_config())
+        """The runs' `RunConfig`, one per telemetry choice, built once: ADK reads it and never
+        changes it for `run_async` (only live runs adjust theirs, and they build their own)."""
+        telemetry = telemetry_config()
+        config = self._run_configs.get(telemetry is None)
+        if config is None or config.max_llm_calls != self.max_llm_calls:
+            config = RunConfig(streaming_mode=StreamingMode.SSE, max_llm_calls=self.max_llm_calls, telemetry=telemetry)
+            self._run_configs[telemetry is None] = config
+        return config
 
     async def run(
         self,

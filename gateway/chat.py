@@ -170,7 +170,9 @@ class ChatService:
         in_sync = request.trigger != "regenerate-message" and _continues(earlier, synced)
         if session is None or not in_sync:
             if session is not None:
-                log.info("session_rebuilt", chat_id=chat, reason=request.trigger)
+                reason = "regenerate" if request.trigger == "regenerate-message" else "diverged"
+                self.metrics.sessions_rebuilt.labels(reason=reason).inc()
+                log.info("session_rebuilt", chat_id=chat, reason=reason)
             history = await self._validated(earlier)
             session = await self.host.reset_session(user, chat, exists=session is not None)
             if history:
@@ -336,7 +338,7 @@ class ChatService:
 
     async def _execute(self, run: ChatRun, plan: TurnPlan, ctx: RequestContext, chat_id: str) -> None:
         book = plan.book
-        refused = frozenset(name for name, p in book.permissions.items() if p is Permission.NEVER)
+        refused = frozenset(name for name, p in book.permissions.items() if p is Permission.NEVER) or _NONE_REFUSED
         converter = ResponseConverter(
             message_id=plan.message_id, tool_kinds=self.host.tool_kind, refused_tools=refused
         )
@@ -508,6 +510,9 @@ class ChatService:
             await asyncio.shield(save)
         except asyncio.CancelledError:
             log.info("state_save_continues_after_stop", chat_id=chat)
+
+
+_NONE_REFUSED: Final[frozenset[str]] = frozenset()
 
 
 def _continues(earlier: list[Any], synced: Any) -> bool:

@@ -22,6 +22,11 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60), registry=r,
         )
         self.approvals_issued = Counter("adk_gateway_approvals_issued", "Approvals asked", registry=r)
+        self.sessions_rebuilt = Counter(
+            "adk_gateway_sessions_rebuilt",
+            "Chat sessions rebuilt from a posted history that did not continue them (edit, regenerate, other)",
+            ["reason"], registry=r,
+        )
         self.approvals_answered = Counter(
             "adk_gateway_approvals_answered", "Approvals answered", ["decision"], registry=r
         )
