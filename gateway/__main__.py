@@ -37,6 +37,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # What was loaded at start (ADK, the agent, the page) never becomes garbage: keep it out of
         # the collector's generations, so collections while serving stay short.
         gc.freeze()
+        # A process holding thousands of runs has a large heap of young objects that live as long
+        # as a run: with Python's default thresholds the collector rescans them many times a
+        # second (see `--gc-thresholds`, BENCHMARKS.md "Soak").
+        if (thresholds := settings.gc_threshold_values()) is not None:
+            gc.set_threshold(*thresholds)
         web.run_app(
             app,
             host=settings.host,

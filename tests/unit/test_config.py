@@ -171,3 +171,15 @@ def test_readme_lists_every_setting() -> None:
         "README.md's settings table is stale: replace it with the output of "
         "`.venv/bin/python -c 'from gateway.config import settings_table; print(settings_table())'`"
     )
+
+
+@pytest.mark.parametrize(("value", "expected"), [("50000,20,10", (50000, 20, 10)), (" 700, 10 ,10 ", (700, 10, 10)),
+                                                 ("python", None)])
+def test_gc_thresholds(value: str, expected: tuple[int, int, int] | None) -> None:
+    assert load_settings(["--gc-thresholds", value], env={}).gc_threshold_values() == expected
+
+
+@pytest.mark.parametrize("value", ["50000,20", "0,10,10", "a,b,c", "-1,10,10", ""])
+def test_bad_gc_thresholds_are_refused(value: str) -> None:
+    with pytest.raises(SettingsError, match="gc"):
+        load_settings([f"--gc-thresholds={value}"], env={})
