@@ -453,8 +453,9 @@ class MemoryStreamStore:
         if self._logs.get(log.key) is log:
             del self._logs[log.key]
 
-    def _expired(self, log: StreamLog) -> bool:
-        return log.closed_at is not None and time.monotonic() - log.closed_at >= self.retention_s
+    def _expired(self, log: StreamLog, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        return log.closed_at is not None and now - log.closed_at >= self.retention_s
 
     def _sweep(self) -> None:
         # At most once a second: a scan of every kept log on every run's start would cost each
@@ -463,11 +464,7 @@ class MemoryStreamStore:
         if now < self._next_sweep:
             return
         self._next_sweep = now + min(1.0, self.retention_s)
-        stale = [
-            key
-            for key, log in self._logs.items()
-            if log.closed_at is not None and now - log.closed_at >= self.retention_s
-        ]
+        stale = [key for key, log in self._logs.items() if self._expired(log, now)]
         for key in stale:
             del self._logs[key]
 

@@ -33,7 +33,7 @@ from gateway.chat import RequestContext
 from gateway.errors import BadRequest, GatewayError, HistoryTooLong, LimitReached, PayloadTooLarge, SlowReader
 from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS
 from gateway.registry import ChatRun, Connection
-from gateway.requests import ChatRequest, message_count, validate_chat_request
+from gateway.requests import ChatRequest, describe, message_count, validate_chat_request
 from gateway.streams import LogEntry
 from transports.base import SlowReaderGuard, Transport, adapt_entry, deliver, stop_runs
 
@@ -162,9 +162,7 @@ async def _read_body(request: web.Request, limit: int) -> ChatRequest:
     try:
         return await validate_chat_request(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise BadRequest(f"Invalid request body at '{where}': {first['msg']}.", code="invalid_body") from None
+        raise BadRequest(describe(exc), code="invalid_body") from None
 
 
 async def _start_run(request: web.Request, request_id: str, conn: Connection) -> tuple[ChatRun, RequestContext]:
