@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import importlib
 import json
 import os
@@ -388,6 +389,10 @@ class AgentHost:
                                  plugins=[bounds_plugin, plugin])
         self.max_llm_calls = max_llm_calls
         self._run_configs: dict[bool, RunConfig] = {}
+        # ADK imports its A2A agent lazily on every run (a failed import is retried each time):
+        # importing it here moves the third of a second it takes from the first chat to start-up.
+        with contextlib.suppress(ImportError):
+            importlib.import_module("google.adk.agents.remote_a2a_agent")
         self.model_timeout_s = 0.0
         self.metrics = Metrics()
         self._tools: dict[str, BaseTool] = {}
