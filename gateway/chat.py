@@ -523,11 +523,7 @@ def _continues(earlier: list[Any], synced: Any) -> bool:
     count, digest = synced
     if not 0 < count <= len(earlier) or history_digest(earlier[:count]) != digest:
         return False
-    return all(_role(message) == "assistant" for message in earlier[count:])
-
-
-def _role(message: Any) -> Any:
-    return message.role if isinstance(message, UIMessage) else message.get("role")
+    return all(message.get("role") == "assistant" for message in earlier[count:])
 
 
 def _gateway_error(exc: BaseException) -> GatewayError | None:

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 import orjson
 
-__all__ = ["SLICE_S", "JsonRejected", "depth_exceeds", "depth_exceeds_async", "loads", "loads_async"]
+__all__ = ["SLICE_S", "JsonRejected", "depth_exceeds", "depth_exceeds_async", "loads", "loads_async", "too_deep"]
 
 # Longest stretch of CPU work on the event loop before it is given back (seconds).
 SLICE_S: Final = 0.004
@@ -44,22 +44,23 @@ class JsonRejected(ValueError):
         self.message = message
 
 
-def _roots(value: Any) -> list[tuple[Any, int]]:
-    """Where a walk starts, with depths: the value itself, except that of a top-level `messages`
-    list only the list and its last item are walked (see the module docstring)."""
-    messages = value.get("messages") if isinstance(value, dict) else None
+def _roots(value: Any, level: int) -> list[tuple[Any, int]]:
+    """Where a walk starts, with depths: the value itself at `level`, except that of a whole
+    document's (`level` 1) top-level `messages` list only the list and its last item are walked
+    (see the module docstring)."""
+    messages = value.get("messages") if level == 1 and isinstance(value, dict) else None
     if not isinstance(messages, list) or len(messages) < 2:
-        return [(value, 1)]
+        return [(value, level)]
     roots: list[tuple[Any, int]] = [({k: v for k, v in value.items() if k != "messages"}, 1), ([], 2)]
     if _is_container(messages[-1]):
         roots.append((messages[-1], 3))
     return roots
 
 
-def _walk(value: Any, max_depth: int) -> Iterator[bool]:
+def _walk(value: Any, max_depth: int, level: int = 1) -> Iterator[bool]:
     """Yields False after each container visited, True (and stops) at the first one past
     `max_depth`. A top-level object or array is depth 1; scalars add nothing."""
-    stack = _roots(value)
+    stack = _roots(value, level)
     while stack:
         node, depth = stack.pop()
         children = node.values() if isinstance(node, dict) else node
@@ -74,9 +75,18 @@ def _is_container(value: Any) -> bool:
     return isinstance(value, dict | list)
 
 
-def depth_exceeds(value: Any, max_depth: int) -> bool:
-    """True when `value` nests containers more than `max_depth` deep. Iterative."""
-    return _is_container(value) and any(_walk(value, max_depth))
+def depth_exceeds(value: Any, max_depth: int, *, level: int = 1) -> bool:
+    """True when `value` nests containers more than `max_depth` deep. Iterative.
+
+    `level`: where `value` sits in its document: 1 for a whole body or frame (whose earlier
+    history messages are left out, see the module docstring), more for a part of one (a message of
+    a history is at 3), walked whole."""
+    return _is_container(value) and any(_walk(value, max_depth, level))
+
+
+def too_deep(max_depth: int) -> JsonRejected:
+    """The refusal of a document, or a part of one, nested deeper than `max_depth`."""
+    return JsonRejected("depth", f"The JSON is nested more than {max_depth} levels deep.")
 
 
 async def depth_exceeds_async(value: Any, max_depth: int) -> bool:
@@ -98,12 +108,8 @@ def _parse(raw: bytes | bytearray | memoryview | str, max_depth: int) -> Any:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         if str(exc).startswith("depth limit"):
-            raise JsonRejected("depth", _too_deep(max_depth)) from None
+            raise too_deep(max_depth) from None
         raise JsonRejected("syntax", "The body is not valid JSON.") from None
-
-
-def _too_deep(max_depth: int) -> str:
-    return f"The JSON is nested more than {max_depth} levels deep."
 
 
 def loads(raw: bytes | bytearray | memoryview | str, *, max_depth: int) -> Any:
@@ -114,7 +120,7 @@ def loads(raw: bytes | bytearray | memoryview | str, *, max_depth: int) -> Any:
     """
     value = _parse(raw, max_depth)
     if depth_exceeds(value, max_depth):
-        raise JsonRejected("depth", _too_deep(max_depth))
+        raise too_deep(max_depth)
     return value
 
 
@@ -129,5 +135,5 @@ async def loads_async(raw: bytes | bytearray | str, *, max_depth: int) -> Any:
         return loads(raw, max_depth=max_depth)
     value = _parse(raw, max_depth)
     if await depth_exceeds_async(value, max_depth):
-        raise JsonRejected("depth", _too_deep(max_depth))
+        raise too_deep(max_depth)
     return value

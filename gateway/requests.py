@@ -41,7 +41,7 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.jsonparse import SLICE_S, JsonRejected, depth_exceeds
+from gateway.jsonparse import SLICE_S, depth_exceeds, too_deep
 
 __all__ = [
     "AbortFrame",
@@ -73,6 +73,9 @@ ROLES: Final = frozenset({"system", "user", "assistant"})
 # Set in a validation context once `validate_chat_request`/`validate_frame` checked the messages'
 # heads a batch at a time, so the model does not check them again in one go.
 _HEADS_CHECKED: Final = "heads_checked"
+# Set in a validation context to the last message already validated (a `send` frame's, for the
+# `ChatRequest` it becomes), so it is not validated again.
+_LAST_VALIDATED: Final = "last_validated"
 
 
 class _Loose(BaseModel):
@@ -186,11 +189,8 @@ def _check_heads(messages: Any, start: int = 0, stop: int | None = None) -> None
 
 
 def _validated_message(messages: Sequence[Any], index: int) -> UIMessage:
-    message = messages[index]
-    if isinstance(message, UIMessage):
-        return message
     try:
-        return UIMessage.model_validate(message)
+        return UIMessage.model_validate(messages[index])
     except ValidationError as exc:
         raise _relocated(exc, ("messages", index)) from None
 
@@ -210,8 +210,9 @@ class PostedHistory(_Loose):
         return data
 
     @model_validator(mode="after")
-    def _validate_last(self) -> PostedHistory:
-        self._last = _validated_message(self.messages, len(self.messages) - 1)
+    def _validate_last(self, info: ValidationInfo) -> PostedHistory:
+        last = (info.context or {}).get(_LAST_VALIDATED)
+        self._last = last if isinstance(last, UIMessage) else _validated_message(self.messages, len(self.messages) - 1)
         return self
 
     @property
@@ -248,12 +249,11 @@ class SendFrame(PostedHistory):
             {
                 **self.body,
                 "id": self.id,
-                # The heads are checked already (the last message is validated again: one message).
                 "messages": self.messages,
                 "trigger": self.trigger,
                 **({"messageId": self.messageId} if self.messageId is not None else {}),
             },
-            context={_HEADS_CHECKED: True},
+            context={_HEADS_CHECKED: True, _LAST_VALIDATED: self.last},  # both done for this frame
         )
 
 
@@ -394,7 +394,7 @@ async def validated_history(messages: Sequence[Any], *, max_depth: int) -> list[
 
     Args:
         messages: a request's `earlier` messages (positions in the posted list).
-        max_depth: `--max-json-depth` of the whole body (a message sits two levels down).
+        max_depth: `--max-json-depth` of the whole body.
 
     Raises:
         ValidationError: a message is invalid (located at `messages.<index>`).
@@ -403,8 +403,8 @@ async def validated_history(messages: Sequence[Any], *, max_depth: int) -> list[
     validated: list[UIMessage] = []
     started = time.perf_counter()
     for index in range(len(messages)):
-        if not isinstance(messages[index], UIMessage) and depth_exceeds(messages[index], max_depth - 2):
-            raise JsonRejected("depth", f"The JSON is nested more than {max_depth} levels deep.")
+        if depth_exceeds(messages[index], max_depth, level=3):  # body > messages > message
+            raise too_deep(max_depth)
         validated.append(_validated_message(messages, index))
         if time.perf_counter() - started > SLICE_S:
             await asyncio.sleep(0)
@@ -412,18 +412,12 @@ async def validated_history(messages: Sequence[Any], *, max_depth: int) -> list[
     return validated
 
 
-def _as_posted(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(exclude_unset=True)
-    raise TypeError(type(value).__name__)
-
-
 def history_digest(messages: Sequence[Any]) -> str:
     """A fingerprint of posted messages as the client sent them (one serialisation, in C): equal
     for a client that posts the same messages again. "" for messages that cannot be serialised
     (nested past orjson's limit), which then match nothing."""
     try:
-        data = orjson.dumps(messages, default=_as_posted)
+        data = orjson.dumps(messages)
     except orjson.JSONEncodeError:
         return ""
     return hashlib.blake2b(data, digest_size=16).hexdigest()

@@ -45,6 +45,7 @@ async def test_a_send_frame_with_a_long_history() -> None:
     assert isinstance(parsed, SendFrame) and len(parsed.messages) == MESSAGE_BATCH + 1
     request = parsed.chat_request()
     assert request.messages == parsed.messages and request.id == "c"
+    assert request.last is parsed.last  # validated once, for the frame
 
 
 # --- only what is used is validated ------------------------------------------------------------
@@ -109,3 +110,14 @@ def test_history_digest_tells_posted_histories_apart() -> None:
     for _ in range(300):
         too_deep = [too_deep]
     assert history_digest([{"id": "m", "role": "user", "parts": too_deep}]) == ""
+
+
+async def test_an_earlier_message_is_walked_whole_even_with_a_messages_field() -> None:
+    deep: Any = "bottom"
+    for _ in range(40):
+        deep = {"d": deep}
+    history = messages(3)
+    history[0]["messages"] = [deep, {"shallow": 1}]  # an extra field the body-level rule must not apply to
+    request = await validate_chat_request({"id": "c", "messages": history})
+    with pytest.raises(JsonRejected):
+        await validated_history(request.earlier, max_depth=16)
