@@ -184,7 +184,8 @@ class Settings(BaseModel):
         default="50000,20,10",
         description="The garbage collector's three thresholds (Python's `gc.set_threshold`); 'python' keeps "
         "Python's 700,10,10, whose frequent collections of a heap of thousands of runs cost a busy process "
-        "about a quarter of its throughput.",
+        "about a quarter of its throughput; the default holds more memory for it (RSS after 100,000 turns "
+        "in `make bench`: 12 % over warm-up against 5 %).",
     )
 
     @field_validator("session_store")
