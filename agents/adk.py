@@ -53,10 +53,10 @@ from opentelemetry import trace
 
 from agents.memory_store import MemorySessionService
 from agents.tools import Bounds, BoundsPlugin, PermissionPlugin, tool_kind
-from gateway.converter import ToolKind
-from gateway.errors import ModelTimedOut, StoreUnavailable
+from gateway.core.converter import ToolKind
+from gateway.core.errors import ModelTimedOut, StoreUnavailable
+from gateway.core.requests import ToolPart, UIMessage
 from gateway.metrics import Metrics
-from gateway.requests import ToolPart, UIMessage
 
 __all__ = [
     "AgentHost",

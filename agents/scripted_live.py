@@ -42,7 +42,7 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
-from gateway.pcm import INPUT_RATE, OUTPUT_RATE, chunk_bytes, duration_ms, tone
+from gateway.core.pcm import INPUT_RATE, OUTPUT_RATE, chunk_bytes, duration_ms, tone
 
 __all__ = ["ScriptedLiveConnection"]
 

@@ -34,8 +34,8 @@ from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.adk.tools.tool_confirmation import ToolConfirmation
 
-from gateway.approval import REJECTED_TEXT, ApprovalBook, Decision, Permission, permanently_denied_text
-from gateway.converter import ToolKind
+from gateway.core.approval import REJECTED_TEXT, ApprovalBook, Decision, Permission, permanently_denied_text
+from gateway.core.converter import ToolKind
 
 __all__ = [
     "APPROVALS_STATE_KEY",
@@ -56,7 +56,7 @@ log = structlog.get_logger("agents.tools")
 PLUGIN_NAME: Final = "gateway_permissions"
 BOUNDS_PLUGIN_NAME: Final = "gateway_bounds"
 
-# Session-state key of the chat's `ApprovalBook` (see gateway.approval).
+# Session-state key of the chat's `ApprovalBook` (see gateway.core.approval).
 APPROVALS_STATE_KEY: Final = "gateway:approvals"
 
 

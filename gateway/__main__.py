@@ -24,8 +24,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_format, settings.log_level)
     from agents.adk import AgentLoadError
     from gateway.app import make_app
-    from gateway.auth import ApiKeyFileError
     from gateway.config import is_loopback
+    from gateway.services.auth import ApiKeyFileError
 
     if settings.auth == "none" and not is_loopback(settings.host):
         structlog.get_logger("gateway").warning(

@@ -11,15 +11,15 @@ import structlog
 from aiohttp import WSCloseCode, web
 
 from agents.adk import AgentHost, load_agent, session_service_from_uri
-from gateway.auth import AnonymousAuth, Identity, bearer_token, build_authenticator, redact
-from gateway.chat import ChatService
 from gateway.config import Settings
-from gateway.errors import GatewayError, OriginRefused, ServiceUnavailable, Unauthorized, UnsupportedMediaType
+from gateway.core.errors import GatewayError, OriginRefused, ServiceUnavailable, Unauthorized, UnsupportedMediaType
 from gateway.keys import AUTH, DRAINING, HOST, IDENTITY, METRICS, REGISTRY, SERVICE, SETTINGS, SOCKETS
-from gateway.leases import leases_for
 from gateway.metrics import Metrics
-from gateway.registry import Limits, Registry
-from gateway.streams import MemoryStreamStore, StreamStore
+from gateway.services.auth import AnonymousAuth, Identity, bearer_token, build_authenticator, redact
+from gateway.services.chat import ChatService
+from gateway.services.leases import leases_for
+from gateway.services.registry import Limits, Registry
+from gateway.services.streams import MemoryStreamStore, StreamStore
 
 __all__ = ["make_app"]
 
@@ -33,7 +33,7 @@ FALLBACK_PAGE = """<!doctype html><meta charset="utf-8"><title>adk-gateway</titl
 
 def _stream_store(settings: Settings) -> StreamStore:
     if settings.stream_store.startswith(("redis://", "rediss://")):
-        from gateway.redis_streams import RedisStreamStore
+        from gateway.services.redis_streams import RedisStreamStore
 
         store: StreamStore = RedisStreamStore(
             settings.stream_store, retention_s=settings.resume_retention_s, max_bytes=settings.stream_buffer_bytes

@@ -9,11 +9,11 @@ from aiohttp import web
 
 if TYPE_CHECKING:
     from agents.adk import AgentHost
-    from gateway.auth import Authenticator, Identity
-    from gateway.chat import ChatService
     from gateway.config import Settings
     from gateway.metrics import Metrics
-    from gateway.registry import Registry
+    from gateway.services.auth import Authenticator, Identity
+    from gateway.services.chat import ChatService
+    from gateway.services.registry import Registry
 
 __all__ = ["AUTH", "DRAINING", "HOST", "IDENTITY", "METRICS", "REGISTRY", "SERVICE", "SETTINGS", "SOCKETS"]
 

@@ -20,7 +20,7 @@ def _redact_credentials(
     logger: object, method: str, event_dict: structlog.types.EventDict
 ) -> structlog.types.EventDict:
     """Last line of defence: no log line carries an access token or a bearer credential."""
-    from gateway.auth import redact
+    from gateway.services.auth import redact
 
     for key, value in event_dict.items():
         if isinstance(value, str) and ("access_token=" in value or "earer " in value):

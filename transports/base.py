@@ -58,14 +58,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
-from gateway import encoding
-from gateway.chunks import V6_FINISH_REASONS
-from gateway.errors import GatewayError, SlowReader
-from gateway.streams import Follower, FollowerOverrun, LogEntry
+from gateway.core import encoding
+from gateway.core.chunks import V6_FINISH_REASONS
+from gateway.core.errors import GatewayError, SlowReader
+from gateway.services.streams import Follower, FollowerOverrun, LogEntry
 
 if TYPE_CHECKING:
     from gateway.metrics import Metrics
-    from gateway.registry import Connection
+    from gateway.services.registry import Connection
 
 __all__ = [
     "CUT_TIMEOUT_S",

@@ -27,14 +27,15 @@ import structlog
 from aiohttp import web
 from pydantic import ValidationError
 
-from gateway import encoding, jsonparse, logs
-from gateway.auth import AnonymousAuth
-from gateway.chat import RequestContext
-from gateway.errors import BadRequest, GatewayError, HistoryTooLong, LimitReached, PayloadTooLarge, SlowReader
+from gateway import logs
+from gateway.core import encoding, jsonparse
+from gateway.core.errors import BadRequest, GatewayError, HistoryTooLong, LimitReached, PayloadTooLarge, SlowReader
+from gateway.core.requests import ChatRequest, describe, message_count, validate_chat_request
 from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS
-from gateway.registry import ChatRun, Connection
-from gateway.requests import ChatRequest, describe, message_count, validate_chat_request
-from gateway.streams import LogEntry
+from gateway.services.auth import AnonymousAuth
+from gateway.services.chat import RequestContext
+from gateway.services.registry import ChatRun, Connection
+from gateway.services.streams import LogEntry
 from transports.base import SlowReaderGuard, Transport, adapt_entry, deliver, stop_runs
 
 __all__ = ["SSETransport", "caller_of", "chat_post", "chat_resume", "chat_stop", "client_major", "slow_reader_guard"]
@@ -140,7 +141,7 @@ def error_response(error: GatewayError) -> web.Response:
 async def _read_body(request: web.Request, limit: int) -> ChatRequest:
     """The request's `ChatRequest`: size, JSON depth (`--max-json-depth`) and history length
     (`--max-history-messages`) are checked before anything is validated; a large body is checked
-    and validated in slices that give the event loop back (see `gateway.jsonparse`)."""
+    and validated in slices that give the event loop back (see `gateway.core.jsonparse`)."""
     settings = request.app[SETTINGS]
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge()

@@ -44,14 +44,11 @@ import structlog
 from aiohttp import WSCloseCode, WSMsgType, web
 from pydantic import ValidationError
 
-from gateway import encoding, jsonparse, logs
-from gateway.approval import ApprovalRefused
-from gateway.auth import bearer_token, redact
-from gateway.chat import RequestContext
-from gateway.errors import GatewayError, HistoryTooLong, LimitReached, OriginRefused, SlowReader, Unauthorized
-from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS, SOCKETS
-from gateway.registry import ChatRun, Connection, SendVerdict
-from gateway.requests import (
+from gateway import logs
+from gateway.core import encoding, jsonparse
+from gateway.core.approval import ApprovalRefused
+from gateway.core.errors import GatewayError, HistoryTooLong, LimitReached, OriginRefused, SlowReader, Unauthorized
+from gateway.core.requests import (
     LIVE_FRAME_TYPES,
     AbortFrame,
     ClientFrame,
@@ -66,14 +63,18 @@ from gateway.requests import (
     message_count,
     validate_frame,
 )
-from gateway.streams import LogEntry, StreamLog
+from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS, SOCKETS
+from gateway.services.auth import bearer_token, redact
+from gateway.services.chat import RequestContext
+from gateway.services.registry import ChatRun, Connection, SendVerdict
+from gateway.services.streams import LogEntry, StreamLog
 from transports.base import SlowReaderGuard, Transport, adapt_entry, deliver, stop_runs
 from transports.sse import caller_of, client_major
 
 if TYPE_CHECKING:
-    from gateway.chat import ChatService
     from gateway.config import Settings
-    from gateway.live import LiveSession
+    from gateway.services.chat import ChatService
+    from gateway.services.live import LiveSession
 
 __all__ = ["SocketSession", "WebSocketRequestTransport", "chat_socket", "origin_allowed"]
 
@@ -476,7 +477,7 @@ class SocketSession:
             await self._bad_frame(frame.requestId, "A live session is already open on this socket.",
                                   "live_busy", "live_busy")
             return
-        from gateway.live import LiveSession
+        from gateway.services.live import LiveSession
 
         ctx = await self._context(frame.headers, frame.requestId)
         if ctx is None:
@@ -531,7 +532,7 @@ class SocketSession:
             await self._bad_frame(None, "Binary frames are live audio; open a live session first.",
                                   "no_live_session", "binary_without_live")
             return
-        from gateway.pcm import PcmFormatError
+        from gateway.core.pcm import PcmFormatError
 
         try:
             live.send_audio(data)

@@ -177,24 +177,24 @@ def gateway_part(rel: str, function: str) -> str:
         return "adk:store (agents/memory_store.py)"
     if rel.startswith("agents/scripted"):
         return "model:scripted model"
-    if rel == "gateway/requests.py" and function in ("history_digest", "validated_history", "_as_posted"):
+    if rel == "gateway/core/requests.py" and function in ("history_digest", "validated_history", "_as_posted"):
         return "gateway:history sync"
-    if rel == "gateway/chat.py" and function in ("_continues", "_role"):
+    if rel == "gateway/services/chat.py" and function in ("_continues", "_role"):
         return "gateway:history sync"
-    if rel in ("gateway/jsonparse.py", "gateway/requests.py") or (rel, function) == ("transports/sse.py", "_read_body"):
+    if rel in ("gateway/core/jsonparse.py", "gateway/core/requests.py") or (rel, function) == ("transports/sse.py", "_read_body"):
         return "gateway:body parse and validation"
     if rel == "agents/adk.py" and function in ("import_history", "history_events", "message_events",
                                                "ui_message_content", "stamp_history", "append_history_in_memory",
                                                "_tool_response", "_data_url_part"):
         return "gateway:history sync"
-    if rel == "gateway/chat.py" and function.startswith(("_plan", "_apply_answers", "_answer", "_interrupt")):
+    if rel == "gateway/services/chat.py" and function.startswith(("_plan", "_apply_answers", "_answer", "_interrupt")):
         return "gateway:history sync"
-    if rel in ("gateway/converter.py", "gateway/chunks.py") or (rel == "gateway/chat.py" and function in (
+    if rel in ("gateway/core/converter.py", "gateway/core/chunks.py") or (rel == "gateway/services/chat.py" and function in (
             "_convert", "_already_settled", "_settle_from_chunk")):
         return "gateway:event -> UI chunk conversion"
-    if rel == "gateway/encoding.py":
+    if rel == "gateway/core/encoding.py":
         return "gateway:encoding"
-    if rel == "gateway/streams.py":
+    if rel == "gateway/services/streams.py":
         return "gateway:stream log"
     if rel.startswith("transports/"):
         return "gateway:transports"
@@ -202,11 +202,11 @@ def gateway_part(rel: str, function: str) -> str:
         return "gateway:agent host (agents/adk.py)"
     if rel == "agents/tools.py":
         return "gateway:ADK plugins (agents/tools.py)"
-    if rel == "gateway/chat.py":
-        return "gateway:run loop (gateway/chat.py)"
-    if rel in ("gateway/app.py", "gateway/auth.py"):
+    if rel == "gateway/services/chat.py":
+        return "gateway:run loop (gateway/services/chat.py)"
+    if rel in ("gateway/app.py", "gateway/services/auth.py"):
         return "gateway:middlewares"
-    if rel in ("gateway/registry.py", "gateway/leases.py"):
+    if rel in ("gateway/services/registry.py", "gateway/services/leases.py"):
         return "gateway:registry"
     if rel == "gateway/logs.py":
         return "gateway:logging"

@@ -17,7 +17,7 @@ from google.adk.sessions import InMemorySessionService
 
 from agents.adk import AgentHost
 from agents.tools import APPROVALS_STATE_KEY
-from gateway.approval import INTERRUPT_TEXT
+from gateway.core.approval import INTERRUPT_TEXT
 from gateway.keys import HOST, REGISTRY
 
 from .conftest import StartGateway

@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from google.adk.sessions import InMemorySessionService
 
 from agents.adk import AgentHost
-from gateway.auth import ApiKeyAuth, ApiKeyFileError, JwksCache, read_api_keys
-from gateway.errors import Unauthorized
+from gateway.core.errors import Unauthorized
 from gateway.keys import AUTH, REGISTRY
+from gateway.services.auth import ApiKeyAuth, ApiKeyFileError, JwksCache, read_api_keys
 
 from .conftest import StartGateway
 from .support import (

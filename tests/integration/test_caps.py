@@ -27,7 +27,7 @@ from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
 from gateway.keys import REGISTRY
-from gateway.registry import Registry, SendVerdict, SendWindow
+from gateway.services.registry import Registry, SendVerdict, SendWindow
 
 from .conftest import StartGateway
 from .support import WAIT_S, LiveStream, chat_body, new_id, settings, user_message, wait_for

@@ -19,9 +19,9 @@ from agents.demo import build_demo_agent
 from agents.scripted import tiny_png
 from agents.scripted_live import ScriptedLiveConnection
 from agents.tools import APPROVALS_STATE_KEY, PLUGIN_NAME, PermissionPlugin
-from gateway.approval import REJECTED_TEXT, ApprovalRefused, permanently_denied_text
-from gateway.live import ENDED_TEXT, TIMEOUT_TEXT, LiveSession
-from gateway.pcm import PcmFormatError, chunk_bytes, dominant_frequency, duration_ms, tone
+from gateway.core.approval import REJECTED_TEXT, ApprovalRefused, permanently_denied_text
+from gateway.core.pcm import PcmFormatError, chunk_bytes, dominant_frequency, duration_ms, tone
+from gateway.services.live import ENDED_TEXT, TIMEOUT_TEXT, LiveSession
 
 TIMEOUT = 10.0
 Wire = dict[str, Any]

@@ -4,7 +4,7 @@ The agent here floods: its model answers a message `N` with N text deltas of 64 
 160, `FloodLlm`), yielding to the event loop between them as a real model's network stream does.
 The slow clients use a socket with a small, fixed receive buffer (`quiet_session`), so what the
 kernel takes before the gateway's writes block is small and the same from run to run. What must
-happen (transports/base.py, gateway/streams.py):
+happen (transports/base.py, gateway/services/streams.py):
 
 - the stream log keeps at most its cap plus one chunk, however much the agent produces, and
   nothing once nobody reads it;
@@ -38,10 +38,10 @@ from google.genai import types
 from structlog.testing import capture_logs
 
 from agents.adk import AgentHost
-from gateway import encoding
-from gateway.errors import SlowReader
+from gateway.core import encoding
+from gateway.core.errors import SlowReader
 from gateway.keys import METRICS, REGISTRY, SERVICE
-from gateway.streams import MemoryStreamStore, StreamLog
+from gateway.services.streams import MemoryStreamStore, StreamLog
 from transports.base import CUT_TIMEOUT_S
 
 from .conftest import StartGateway

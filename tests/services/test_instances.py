@@ -20,7 +20,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from agents.adk import AgentHost, session_service_from_uri
 from gateway.app import make_app
 from gateway.config import Settings
-from gateway.leases import PostgresLeases, RedisLeases
+from gateway.services.leases import PostgresLeases, RedisLeases
 from tests.integration.support import Conversation, ToolLog, counting_agent, new_id, post_chat
 
 pytestmark = pytest.mark.services

@@ -16,8 +16,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from gateway.app import make_app
 from gateway.config import Settings
 from gateway.keys import REGISTRY
-from gateway.redis_streams import INCOMPLETE_TEXT, LOST_WRITER_TEXT, RedisStreamStore, RemoteStreamLog
-from gateway.streams import StreamLog
+from gateway.services.redis_streams import INCOMPLETE_TEXT, LOST_WRITER_TEXT, RedisStreamStore, RemoteStreamLog
+from gateway.services.streams import StreamLog
 
 from .conftest import chat_body, read_sse
 

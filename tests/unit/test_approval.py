@@ -1,4 +1,4 @@
-"""Unit tests for gateway.approval: the call state machine and the per-chat approval book."""
+"""Unit tests for gateway.core.approval: the call state machine and the per-chat approval book."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from gateway.approval import (
+from gateway.core.approval import (
     MAX_ANSWERED_KEPT,
     TERMINAL,
     TRANSITIONS,

@@ -1,4 +1,4 @@
-"""Unit tests for gateway.auth's pure helpers and the development token minter."""
+"""Unit tests for gateway.services.auth's pure helpers and the development token minter."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.auth import AnonymousAuth, JwtAuth, bearer_token, redact
+from gateway.core.errors import Unauthorized
 from gateway.devtoken import mint
-from gateway.errors import Unauthorized
+from gateway.services.auth import AnonymousAuth, JwtAuth, bearer_token, redact
 
 TOKEN_CHARS = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~+/=", min_size=8,
                       max_size=80)

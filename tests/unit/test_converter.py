@@ -1,4 +1,4 @@
-"""Unit tests for gateway.converter: hand-built ADK events -> UI message chunks."""
+"""Unit tests for gateway.core.converter: hand-built ADK events -> UI message chunks."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from google.genai import types
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway import chunks as c
-from gateway.approval import REJECTED_TEXT
-from gateway.converter import (
+from gateway.core import chunks as c
+from gateway.core.approval import REJECTED_TEXT
+from gateway.core.converter import (
     CONFIRMATION_TOOL,
     MAX_ERROR_TEXT,
     PLACEHOLDER_ERROR,

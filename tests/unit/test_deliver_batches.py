@@ -15,11 +15,11 @@ from typing import Any, cast
 from aiohttp import WSMsgType
 from aiohttp.test_utils import make_mocked_request
 
-from gateway import encoding
 from gateway.config import Settings
+from gateway.core import encoding
 from gateway.metrics import Metrics
-from gateway.registry import Registry
-from gateway.streams import LogEntry, StreamLog
+from gateway.services.registry import Registry
+from gateway.services.streams import LogEntry, StreamLog
 from transports.base import MAX_BATCH_BYTES, Transport, deliver
 from transports.sse import SSETransport
 from transports.websocket import SocketSession, WebSocketRequestTransport

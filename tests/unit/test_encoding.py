@@ -1,4 +1,4 @@
-"""Unit tests for gateway.encoding (SSE events, WebSocket frames) and transports.base.adapt_wire."""
+"""Unit tests for gateway.core.encoding (SSE events, WebSocket frames) and transports.base.adapt_wire."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import chunks as c
-from gateway import encoding
+from gateway.core import chunks as c
+from gateway.core import encoding
 from transports.base import adapt_wire
 
 

@@ -13,7 +13,7 @@ from google.genai import types
 
 from agents.scripted import ScriptedLlm, tiny_png
 from agents.scripted_live import ScriptedLiveConnection
-from gateway.pcm import chunk_bytes, dominant_frequency, duration_ms, tone
+from gateway.core.pcm import chunk_bytes, dominant_frequency, duration_ms, tone
 
 TIMEOUT = 5.0
 IN_MIME = "audio/pcm;rate=16000"

@@ -1,4 +1,4 @@
-"""Unit tests for gateway.pcm (pure PCM16 helpers, resampler and energy VAD)."""
+"""Unit tests for gateway.core.pcm (pure PCM16 helpers, resampler and energy VAD)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import pcm
-from gateway.pcm import (
+from gateway.core import pcm
+from gateway.core.pcm import (
     INPUT_RATE,
     OUTPUT_RATE,
     SAMPLE_WIDTH,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from gateway.registry import Done, Registry, SendVerdict, SendWindow
-from gateway.streams import StreamLog, Wakeup
+from gateway.services.registry import Done, Registry, SendVerdict, SendWindow
+from gateway.services.streams import StreamLog, Wakeup
 
 
 def later(step: Callable[[], object]) -> None:

@@ -1,4 +1,4 @@
-"""Unit tests for how gateway.requests validates posted histories: the last message in full, the
+"""Unit tests for how gateway.core.requests validates posted histories: the last message in full, the
 others only when used, long ones a batch at a time."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from gateway.jsonparse import JsonRejected, depth_exceeds
-from gateway.requests import (
+from gateway.core.jsonparse import JsonRejected, depth_exceeds
+from gateway.core.requests import (
     MESSAGE_BATCH,
     ChatRequest,
     SendFrame,

@@ -20,8 +20,8 @@ from agents.adk import (
     append_history_in_memory,
     history_events,
 )
-from gateway.errors import StoreUnavailable
-from gateway.requests import UIMessage
+from gateway.core.errors import StoreUnavailable
+from gateway.core.requests import UIMessage
 from tests.integration.support import ToolLog, counting_agent
 
 APP = "app"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gateway.errors import SlowReader
+from gateway.core.errors import SlowReader
 from gateway.metrics import Metrics
-from gateway.streams import StreamLog
+from gateway.services.streams import StreamLog
 from transports.base import SlowReaderGuard
 
 GRACE_S = 0.05

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from gateway.chunks import Chunk
+from gateway.core.chunks import Chunk
 
 SSE_HEADERS: Final[dict[str, str]] = {
     "Content-Type": "text/event-stream",

@@ -13,7 +13,7 @@ each is an object with a string `id`, a known `role` and a `parts` list. The res
 message is read only if it is used: `validated_history()` validates (and depth-checks) the earlier
 messages when a chat is imported or rebuilt from them, and `history_digest()` fingerprints a
 history so the chat service can tell, with one serialisation in C, whether the posted messages
-still begin with the ones its session ran (see `gateway.chat`). `gateway.jsonparse` leaves the
+still begin with the ones its session ran (see `gateway.services.chat`). `gateway.core.jsonparse` leaves the
 earlier messages' depth to `validated_history()` for the same reason.
 
 A history longer than a few thousand messages (only with a raised `--max-history-messages`) is
@@ -41,7 +41,7 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.jsonparse import SLICE_S, depth_exceeds, too_deep
+from gateway.core.jsonparse import SLICE_S, depth_exceeds, too_deep
 
 __all__ = [
     "AbortFrame",

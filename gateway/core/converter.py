@@ -35,8 +35,8 @@ from typing import Any, Final
 from google.adk.events import Event
 from google.genai import types
 
-from gateway import chunks as c
-from gateway.approval import REJECTED_TEXT
+from gateway.core import chunks as c
+from gateway.core.approval import REJECTED_TEXT
 
 __all__ = [
     "BrowserCall",

@@ -42,8 +42,8 @@ from google.genai import types
 
 from agents.adk import AgentHost, ui_message_content
 from agents.tools import APPROVALS_STATE_KEY
-from gateway import chunks as c
-from gateway.approval import (
+from gateway.core import chunks as c
+from gateway.core.approval import (
     REJECTED_TEXT,
     TERMINAL,
     ApprovalBook,
@@ -57,12 +57,10 @@ from gateway.approval import (
     decision_from_response,
     interrupt_result,
 )
-from gateway.converter import BrowserCall, NeedsApproval, ResponseConverter, message_replay_chunks
-from gateway.errors import ApprovalInvalid, BadRequest, ContinuationRefused, GatewayError, ModelTimedOut
-from gateway.jsonparse import JsonRejected
-from gateway.metrics import Metrics
-from gateway.registry import ChatRun, Connection, Registry
-from gateway.requests import (
+from gateway.core.converter import BrowserCall, NeedsApproval, ResponseConverter, message_replay_chunks
+from gateway.core.errors import ApprovalInvalid, BadRequest, ContinuationRefused, GatewayError, ModelTimedOut
+from gateway.core.jsonparse import JsonRejected
+from gateway.core.requests import (
     ChatRequest,
     ToolPart,
     UIMessage,
@@ -71,11 +69,13 @@ from gateway.requests import (
     history_digest,
     validated_history,
 )
-from gateway.streams import ChatKey, StreamLog, StreamStore
+from gateway.metrics import Metrics
+from gateway.services.registry import ChatRun, Connection, Registry
+from gateway.services.streams import ChatKey, StreamLog, StreamStore
 
 __all__ = ["ChatService", "RequestContext"]
 
-log = structlog.get_logger("gateway.chat")
+log = structlog.get_logger("gateway.services.chat")
 
 # [count, digest]: how many posted messages the session has run, and their `history_digest`.
 HISTORY_STATE_KEY: Final = "gateway:history"

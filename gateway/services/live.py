@@ -65,8 +65,8 @@ from google.genai import types
 
 from agents.adk import AgentHost
 from agents.tools import APPROVALS_STATE_KEY, PLUGIN_NAME, LiveApproval, PermissionPlugin
-from gateway import chunks as c
-from gateway.approval import (
+from gateway.core import chunks as c
+from gateway.core.approval import (
     INTERRUPT_TEXT,
     REJECTED_TEXT,
     ApprovalBook,
@@ -76,8 +76,8 @@ from gateway.approval import (
     decision_from_response,
     interrupt_result,
 )
-from gateway.converter import add_usage, map_finish_reason, safe_error_text
-from gateway.pcm import (
+from gateway.core.converter import add_usage, map_finish_reason, safe_error_text
+from gateway.core.pcm import (
     INPUT_RATE,
     OUTPUT_RATE,
     EnergyVad,
@@ -91,7 +91,7 @@ from gateway.pcm import (
 
 __all__ = ["LiveSession", "pcm_chunk_data"]
 
-log = structlog.get_logger("gateway.live")
+log = structlog.get_logger("gateway.services.live")
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 

@@ -32,11 +32,11 @@ from urllib.parse import quote
 
 import structlog
 
-from gateway.streams import ChatKey
+from gateway.services.streams import ChatKey
 
 __all__ = ["Lease", "Leases", "LocalLeases", "PostgresLeases", "RedisLeases", "leases_for"]
 
-log = structlog.get_logger("gateway.leases")
+log = structlog.get_logger("gateway.services.leases")
 
 _RENEW: Final = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end

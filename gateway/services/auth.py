@@ -42,7 +42,7 @@ import jwt
 import jwt.warnings
 import structlog
 
-from gateway.errors import Unauthorized
+from gateway.core.errors import Unauthorized
 
 if TYPE_CHECKING:
     from gateway.config import Settings
@@ -61,7 +61,7 @@ __all__ = [
     "redact",
 ]
 
-log = structlog.get_logger("gateway.auth")
+log = structlog.get_logger("gateway.services.auth")
 
 # PyJWT warns on every decode with a short HMAC key; the gateway says it once, at start.
 warnings.filterwarnings("ignore", category=jwt.warnings.InsecureKeyLengthWarning)

@@ -83,11 +83,11 @@ import redis.asyncio as aioredis
 import structlog
 from redis.exceptions import RedisError
 
-from gateway.streams import ChatKey, Follower, FollowerOverrun, LogEntry, MemoryStreamStore, StreamLog
+from gateway.services.streams import ChatKey, Follower, FollowerOverrun, LogEntry, MemoryStreamStore, StreamLog
 
 __all__ = ["RedisStreamStore", "RemoteStreamLog"]
 
-log = structlog.get_logger("gateway.redis_streams")
+log = structlog.get_logger("gateway.services.redis_streams")
 
 BATCH: Final = 256  # chunks per pipelined write
 READ_COUNT: Final = 512  # entries per XREAD

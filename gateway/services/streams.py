@@ -34,7 +34,7 @@ Memory per log, besides its chunks, is a few hundred bytes: the wake-up of waiti
 replay's prefix. See docs/perf/memory-per-connection.md.
 
 `StreamStore` is the seam for several processes: the in-memory store serves one process; the
-Redis store (`gateway.redis_streams`) lets any process resume a run another process is writing.
+Redis store (`gateway.services.redis_streams`) lets any process resume a run another process is writing.
 `lookup()` is the resume entry point (async, so a shared store can ask its server);
 `resumable()` only knows this process's logs.
 """
@@ -52,11 +52,11 @@ from typing import Any, Protocol
 
 import structlog
 
-from gateway import encoding
+from gateway.core import encoding
 
 __all__ = ["Follower", "FollowerOverrun", "LogEntry", "MemoryStreamStore", "StreamLog", "StreamStore", "Wakeup"]
 
-logger = structlog.get_logger("gateway.streams")
+logger = structlog.get_logger("gateway.services.streams")
 
 ChatKey = tuple[str, str]  # (user id, chat id)
 

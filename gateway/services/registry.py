@@ -11,7 +11,7 @@ How it works
   old run is stopping, and waits a short grace for a run whose client may just have left, before
   it is refused with `ChatBusy`.
 - Stopping a run cancels its task and waits for it: nothing of it (no tool) runs afterwards.
-- Across instances, a claim also takes the chat's lease (`gateway.leases`: Redis or PostgreSQL)
+- Across instances, a claim also takes the chat's lease (`gateway.services.leases`: Redis or PostgreSQL)
   and the run gives it back when it ends; a chat leased elsewhere is busy like a local one.
 
 Caps (`Limits`, from the settings) are answered here, before anything streams:
@@ -60,16 +60,16 @@ from typing import Any, Final
 import structlog
 
 from gateway import logs
-from gateway.auth import ANONYMOUS
 from gateway.config import Settings
-from gateway.errors import ChatBusy, LimitReached, Overloaded, TooManyRuns, TooManySockets
-from gateway.leases import Lease, Leases, LocalLeases
+from gateway.core.errors import ChatBusy, LimitReached, Overloaded, TooManyRuns, TooManySockets
 from gateway.metrics import Metrics
-from gateway.streams import ChatKey, StreamLog, Wakeup
+from gateway.services.auth import ANONYMOUS
+from gateway.services.leases import Lease, Leases, LocalLeases
+from gateway.services.streams import ChatKey, StreamLog, Wakeup
 
 __all__ = ["ChatRun", "Connection", "Done", "Limits", "Registry", "SendVerdict", "SendWindow", "SocketSlot"]
 
-log = structlog.get_logger("gateway.registry")
+log = structlog.get_logger("gateway.services.registry")
 
 SEND_WINDOW_S: Final = 60.0
 LEASE_RETRY_S: Final = 0.05
@@ -393,7 +393,7 @@ class Registry:
         return run
 
     async def _take_lease(self, run: ChatRun) -> Lease:
-        """The chat's lease across instances (see gateway.leases); like a busy chat here, a chat
+        """The chat's lease across instances (see gateway.services.leases); like a busy chat here, a chat
         whose run lives on another instance gets the short grace before `ChatBusy`."""
         deadline = asyncio.get_running_loop().time() + self.busy_grace_s
         while True:

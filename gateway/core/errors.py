@@ -21,22 +21,22 @@
         ├── TooManySockets            429     too_many_sockets
         └── Overloaded                503     overloaded        (close 1013)
 
-`LimitReached` is a cap answered before anything streams (gateway/registry.py). Its `reason`
+`LimitReached` is a cap answered before anything streams (gateway/services/registry.py). Its `reason`
 names the cap (the Prometheus label of `adk_gateway_rejections_total`), and `retry_after_s` goes
 out as `Retry-After` on HTTP.
 """
 
 from __future__ import annotations
 
+import enum
 from typing import Any, ClassVar
-
-from aiohttp import WSCloseCode
 
 __all__ = [
     "AgentFailed",
     "ApprovalInvalid",
     "BadRequest",
     "ChatBusy",
+    "CloseCode",
     "ContinuationRefused",
     "GatewayError",
     "HistoryTooLong",
@@ -56,10 +56,21 @@ __all__ = [
 ]
 
 
+class CloseCode(enum.IntEnum):
+    """The WebSocket close codes the gateway sends (RFC 6455, section 7.4.1), so the core needs no
+    WebSocket library; aiohttp's `WSCloseCode` has the same values."""
+
+    POLICY_VIOLATION = 1008
+    MESSAGE_TOO_BIG = 1009
+    INTERNAL_ERROR = 1011
+    TRY_AGAIN_LATER = 1013
+    UNSUPPORTED_DATA = 1003
+
+
 class GatewayError(Exception):
     status: ClassVar[int] = 500
     code: ClassVar[str] = "internal_error"
-    close_code: ClassVar[int] = WSCloseCode.INTERNAL_ERROR
+    close_code: ClassVar[int] = CloseCode.INTERNAL_ERROR
     default_message: ClassVar[str] = "Something went wrong."
 
     def __init__(self, message: str | None = None, *, detail: str | None = None, code: str | None = None) -> None:
@@ -79,14 +90,14 @@ class GatewayError(Exception):
 class BadRequest(GatewayError):
     status = 400
     code = "bad_request"
-    close_code = WSCloseCode.POLICY_VIOLATION
+    close_code = CloseCode.POLICY_VIOLATION
     default_message = "The request is malformed."
 
 
 class PayloadTooLarge(BadRequest):
     status = 413
     code = "payload_too_large"
-    close_code = WSCloseCode.MESSAGE_TOO_BIG
+    close_code = CloseCode.MESSAGE_TOO_BIG
     default_message = "The request body is too large."
 
 
@@ -103,7 +114,7 @@ class Unauthorized(GatewayError):
 
     status = 401
     code = "unauthorized"
-    close_code = WSCloseCode.POLICY_VIOLATION
+    close_code = CloseCode.POLICY_VIOLATION
     default_message = "Authentication required: send Authorization: Bearer <token>."
 
     def __init__(self, message: str | None = None, *, detail: str | None = None, token_sent: bool = False) -> None:
@@ -120,21 +131,21 @@ class Unauthorized(GatewayError):
 class UnsupportedMediaType(GatewayError):
     status = 415
     code = "unsupported_media_type"
-    close_code = WSCloseCode.UNSUPPORTED_DATA
+    close_code = CloseCode.UNSUPPORTED_DATA
     default_message = "POST bodies must be application/json."
 
 
 class ApprovalInvalid(GatewayError):
     status = 403
     code = "approval_invalid"
-    close_code = WSCloseCode.POLICY_VIOLATION
+    close_code = CloseCode.POLICY_VIOLATION
     default_message = "This approval was not issued for this chat, or was already answered."
 
 
 class OriginRefused(GatewayError):
     status = 403
     code = "origin_refused"
-    close_code = WSCloseCode.POLICY_VIOLATION
+    close_code = CloseCode.POLICY_VIOLATION
     default_message = "This origin may not open the chat socket."
 
 
@@ -192,7 +203,7 @@ class SlowReader(GatewayError):
 class ServiceUnavailable(GatewayError):
     status = 503
     code = "unavailable"
-    close_code = WSCloseCode.TRY_AGAIN_LATER
+    close_code = CloseCode.TRY_AGAIN_LATER
     default_message = "The gateway is not ready."
 
 
@@ -211,7 +222,7 @@ class LimitReached(GatewayError):
 
     status = 429
     code = "rate_limited"
-    close_code = WSCloseCode.POLICY_VIOLATION
+    close_code = CloseCode.POLICY_VIOLATION
     default_message = "Too many requests; slow down and try again shortly."
     default_reason: ClassVar[str] = "rate"
     default_retry_after_s: ClassVar[int] = 2
@@ -245,6 +256,6 @@ class TooManySockets(LimitReached):
 class Overloaded(LimitReached):
     status = 503
     code = "overloaded"
-    close_code = WSCloseCode.TRY_AGAIN_LATER
+    close_code = CloseCode.TRY_AGAIN_LATER
     default_message = "The gateway is busy; try again in a moment."
     default_reason = "runs"

@@ -9,7 +9,7 @@ explicit stack, so no input makes anything recurse, here or in the code that wal
 
 A chat history's earlier messages are not walked: a top-level `messages` list (the history of a
 request body or a `send` frame) contributes only its last message here. The earlier ones are
-never read unless the chat is imported or rebuilt from them, and `gateway.requests` checks their
+never read unless the chat is imported or rebuilt from them, and `gateway.core.requests` checks their
 depth then (`validated_history`): a turn costs what is new in the history, not its length.
 
 Large inputs: orjson itself is fast (about 10 ms per MiB, holding the GIL, so a worker thread
