@@ -63,6 +63,7 @@ run: $(STAMP) web
 lint: $(STAMP)
 	$(VENV)/bin/ruff check gateway transports agents tests
 	$(VENV)/bin/mypy gateway transports agents
+	$(VENV)/bin/lint-imports --no-logo --no-cache
 
 typecheck: lint
 
@@ -72,6 +73,7 @@ test-fast: $(STAMP) web $(NODE_DEPS)
 test: $(STAMP) web $(NODE_DEPS) system-deps
 	$(VENV)/bin/ruff check gateway transports agents tests
 	$(VENV)/bin/mypy gateway transports agents
+	$(VENV)/bin/lint-imports --no-logo --no-cache
 	cd web && $(NPM) test --silent
 	PYTHONASYNCIODEBUG=1 $(PY) -m pytest -q
 

@@ -77,17 +77,9 @@ from gateway.core.approval import (
     interrupt_result,
 )
 from gateway.core.converter import add_usage, map_finish_reason, safe_error_text
-from gateway.core.pcm import (
-    INPUT_RATE,
-    OUTPUT_RATE,
-    EnergyVad,
-    Resampler,
-    VadEventKind,
-    float_to_pcm16,
-    pcm16_to_float,
-    validate_frame,
-    validate_rate,
-)
+from gateway.core.pcm import INPUT_RATE, OUTPUT_RATE, float_to_pcm16, pcm16_to_float, validate_frame, validate_rate
+from gateway.core.resample import Resampler
+from gateway.core.vad import EnergyVad, VadEventKind
 
 __all__ = ["LiveSession", "pcm_chunk_data"]
 

@@ -16,12 +16,13 @@ from google.adk.tools import FunctionTool
 
 from agents.adk import AgentHost
 from agents.demo import build_demo_agent
-from agents.scripted import tiny_png
+from agents.script import tiny_png
 from agents.scripted_live import ScriptedLiveConnection
 from agents.tools import APPROVALS_STATE_KEY, PLUGIN_NAME, PermissionPlugin
 from gateway.core.approval import REJECTED_TEXT, ApprovalRefused, permanently_denied_text
-from gateway.core.pcm import PcmFormatError, chunk_bytes, dominant_frequency, duration_ms, tone
+from gateway.core.pcm import PcmFormatError, chunk_bytes, duration_ms, tone
 from gateway.services.live import ENDED_TEXT, TIMEOUT_TEXT, LiveSession
+from tests.audio import dominant_frequency
 
 TIMEOUT = 10.0
 Wire = dict[str, Any]

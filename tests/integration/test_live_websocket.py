@@ -16,7 +16,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from agents.scripted_live import ScriptedLiveConnection
 from gateway.app import make_app
 from gateway.config import Settings
-from gateway.core.pcm import chunk_bytes, dominant_frequency, duration_ms, tone
+from gateway.core.pcm import chunk_bytes, duration_ms, tone
+from tests.audio import dominant_frequency
 
 Frame = dict[str, Any]
 WAIT_S = 10.0

@@ -11,9 +11,11 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
-from agents.scripted import ScriptedLlm, tiny_png
+from agents.script import tiny_png
+from agents.scripted import ScriptedLlm
 from agents.scripted_live import ScriptedLiveConnection
-from gateway.core.pcm import chunk_bytes, dominant_frequency, duration_ms, tone
+from gateway.core.pcm import chunk_bytes, duration_ms, tone
+from tests.audio import dominant_frequency
 
 TIMEOUT = 5.0
 IN_MIME = "audio/pcm;rate=16000"

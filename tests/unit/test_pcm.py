@@ -1,4 +1,5 @@
-"""Unit tests for gateway.core.pcm (pure PCM16 helpers, resampler and energy VAD)."""
+"""Unit tests for the pure audio modules: gateway.core.pcm (PCM16 helpers), gateway.core.resample
+and gateway.core.vad, and the tests' own probes (tests/audio.py)."""
 
 from __future__ import annotations
 
@@ -15,16 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.core import pcm
-from gateway.core.pcm import (
-    INPUT_RATE,
-    OUTPUT_RATE,
-    SAMPLE_WIDTH,
-    EnergyVad,
-    PcmFormatError,
-    Resampler,
-    VadEvent,
-    VadEventKind,
-)
+from gateway.core import resample as resampling
+from gateway.core.pcm import INPUT_RATE, OUTPUT_RATE, SAMPLE_WIDTH, PcmFormatError
+from gateway.core.resample import Resampler
+from gateway.core.vad import EnergyVad, VadEvent, VadEventKind
+from tests import audio
 
 START = VadEventKind.SPEECH_START
 END = VadEventKind.SPEECH_END
@@ -164,7 +160,7 @@ def test_float_pcm16_float_error_is_half_a_step(values: list[float]) -> None:
 
 def test_resample_same_rate_returns_copy() -> None:
     x = np.linspace(-0.5, 0.5, 100, dtype=np.float32)
-    y = pcm.resample(x, 16000, 16000)
+    y = resampling.resample(x, 16000, 16000)
     assert y.dtype == np.float32
     np.testing.assert_array_equal(x, y)
     y[0] = 9.0
@@ -173,16 +169,16 @@ def test_resample_same_rate_returns_copy() -> None:
 
 def test_resample_48k_to_16k_keeps_1khz_tone_and_length() -> None:
     x = sine(1000, 1.0, 48000)
-    y = pcm.resample(x, 48000, 16000)
+    y = resampling.resample(x, 48000, 16000)
     assert y.dtype == np.float32
     assert y.size == 16000
-    assert pcm.dominant_frequency(pcm.float_to_pcm16(y), 16000) == pytest.approx(1000, abs=1.0)
+    assert audio.dominant_frequency(pcm.float_to_pcm16(y), 16000) == pytest.approx(1000, abs=1.0)
     # Unity gain in the pass band (ignore the edges, where silence is assumed outside).
     assert rms(y[1000:-1000]) == pytest.approx(rms(x), rel=1e-3)
 
 
 def test_resample_matches_ideal_signal() -> None:
-    y = pcm.resample(sine(1000, 1.0, 48000), 48000, 16000)
+    y = resampling.resample(sine(1000, 1.0, 48000), 48000, 16000)
     ideal = sine(1000, 1.0, 16000)
     assert np.max(np.abs(y[500:-500] - ideal[500:-500])) < 1e-3
 
@@ -192,7 +188,7 @@ def test_resample_downsampling_rejects_aliases(from_rate: int, to_rate: int) -> 
     # A tone above the new Nyquist frequency must not fold back into the band
     # (linear interpolation or plain decimation would keep it at full level).
     x = sine(to_rate * 0.6, 1.0, from_rate)
-    y = pcm.resample(x, from_rate, to_rate)
+    y = resampling.resample(x, from_rate, to_rate)
     assert rms(y[500:-500]) < 1e-3 * rms(x)
 
 
@@ -208,29 +204,29 @@ def test_resample_downsampling_rejects_aliases(from_rate: int, to_rate: int) -> 
     ],
 )
 def test_resample_length(from_rate: int, to_rate: int, n_in: int, n_out: int) -> None:
-    assert pcm.resample(np.zeros(n_in), from_rate, to_rate).size == n_out
+    assert resampling.resample(np.zeros(n_in), from_rate, to_rate).size == n_out
 
 
 def test_resample_upsampling_keeps_tone() -> None:
     x = sine(440, 0.5, 16000)
-    y = pcm.resample(x, 16000, 24000)
+    y = resampling.resample(x, 16000, 24000)
     assert y.size == 12000
-    assert pcm.dominant_frequency(pcm.float_to_pcm16(y), 24000) == pytest.approx(440, abs=0.5)
+    assert audio.dominant_frequency(pcm.float_to_pcm16(y), 24000) == pytest.approx(440, abs=0.5)
     assert np.max(np.abs(y[300:-300] - sine(440, 0.5, 24000)[300:-300])) < 1e-3
 
 
 def test_resample_preserves_dc() -> None:
-    y = pcm.resample(np.full(4410, 0.25), 44100, 16000)
+    y = resampling.resample(np.full(4410, 0.25), 44100, 16000)
     np.testing.assert_allclose(y[200:-200], 0.25, atol=1e-6)
 
 
 def test_resample_validates() -> None:
     with pytest.raises(PcmFormatError):
-        pcm.resample(np.zeros(10), 4000, 16000)
+        resampling.resample(np.zeros(10), 4000, 16000)
     with pytest.raises(PcmFormatError):
-        pcm.resample(np.zeros(10), 16000, 192000)
+        resampling.resample(np.zeros(10), 16000, 192000)
     with pytest.raises(PcmFormatError, match="mono"):
-        pcm.resample(np.zeros((10, 2)), 48000, 16000)
+        resampling.resample(np.zeros((10, 2)), 48000, 16000)
 
 
 @settings(max_examples=40, deadline=None)
@@ -241,7 +237,7 @@ def test_resample_validates() -> None:
 def test_streaming_resampler_matches_one_shot(rates: tuple[int, int], cuts: list[int]) -> None:
     from_rate, to_rate = rates
     x = np.random.default_rng(7).uniform(-0.8, 0.8, 3000)
-    whole = pcm.resample(x, from_rate, to_rate)
+    whole = resampling.resample(x, from_rate, to_rate)
     r = Resampler(from_rate, to_rate)
     bounds = [0, *sorted(cuts), x.size]
     parts = [r.process(x[a:b]) for a, b in itertools.pairwise(bounds)]
@@ -269,27 +265,27 @@ def test_resampler_memory_is_bounded() -> None:
 
 def test_to_input_pcm_from_48k() -> None:
     data = pcm.tone(1000, 1.0, rate=48000)
-    out = pcm.to_input_pcm(data, 48000)
+    out = resampling.to_input_pcm(data, 48000)
     assert len(out) == 16000 * SAMPLE_WIDTH
-    assert pcm.dominant_frequency(out, INPUT_RATE) == pytest.approx(1000, abs=1.0)
+    assert audio.dominant_frequency(out, INPUT_RATE) == pytest.approx(1000, abs=1.0)
 
 
 def test_to_input_pcm_from_44k1() -> None:
-    out = pcm.to_input_pcm(pcm.tone(500, 0.5, rate=44100), 44100)
+    out = resampling.to_input_pcm(pcm.tone(500, 0.5, rate=44100), 44100)
     assert len(out) == 8000 * SAMPLE_WIDTH
-    assert pcm.dominant_frequency(out, INPUT_RATE) == pytest.approx(500, abs=1.0)
+    assert audio.dominant_frequency(out, INPUT_RATE) == pytest.approx(500, abs=1.0)
 
 
 def test_to_input_pcm_at_16k_is_unchanged() -> None:
     data = noise(0.1, -20)
-    assert pcm.to_input_pcm(bytearray(data), INPUT_RATE) == data
+    assert resampling.to_input_pcm(bytearray(data), INPUT_RATE) == data
 
 
 def test_to_input_pcm_validates() -> None:
     with pytest.raises(PcmFormatError):
-        pcm.to_input_pcm(b"\x00\x00\x00", 48000)
+        resampling.to_input_pcm(b"\x00\x00\x00", 48000)
     with pytest.raises(PcmFormatError):
-        pcm.to_input_pcm(b"\x00\x00", 1000)
+        resampling.to_input_pcm(b"\x00\x00", 1000)
 
 
 # --------------------------------------------------------------------------- tone, analysis, chunking
@@ -299,7 +295,7 @@ def test_tone_440_is_half_a_second_of_440_hz() -> None:
     data = pcm.tone(440, 0.5)
     assert len(data) == 12000 * SAMPLE_WIDTH
     assert pcm.duration_ms(data, OUTPUT_RATE) == 500
-    assert pcm.dominant_frequency(data, OUTPUT_RATE) == pytest.approx(440, abs=0.5)
+    assert audio.dominant_frequency(data, OUTPUT_RATE) == pytest.approx(440, abs=0.5)
     x = pcm.pcm16_to_float(data)
     assert float(np.max(np.abs(x))) == pytest.approx(0.3, abs=1e-3)
     assert rms(x) == pytest.approx(0.3 / math.sqrt(2), rel=1e-3)
@@ -342,18 +338,18 @@ def test_tone_rejects_bad_arguments(kwargs: dict[str, float]) -> None:
 def test_dominant_frequency_finds_tones(freq: float, rate: int) -> None:
     data = pcm.tone(freq, 0.25, rate=rate)
     bin_hz = rate / (0.25 * rate)
-    assert abs(pcm.dominant_frequency(data, rate) - freq) < 0.25 * bin_hz
+    assert abs(audio.dominant_frequency(data, rate) - freq) < 0.25 * bin_hz
 
 
 def test_dominant_frequency_picks_the_louder_tone() -> None:
     x = sine(440, 0.5, 24000, 0.1) + sine(3000, 0.5, 24000, 0.4)
-    assert pcm.dominant_frequency(pcm.float_to_pcm16(x), 24000) == pytest.approx(3000, abs=1)
+    assert audio.dominant_frequency(pcm.float_to_pcm16(x), 24000) == pytest.approx(3000, abs=1)
 
 
 def test_dominant_frequency_of_silence_and_short_input() -> None:
-    assert pcm.dominant_frequency(silence(0.1), INPUT_RATE) == 0.0
+    assert audio.dominant_frequency(silence(0.1), INPUT_RATE) == 0.0
     with pytest.raises(PcmFormatError):
-        pcm.dominant_frequency(b"", INPUT_RATE)
+        audio.dominant_frequency(b"", INPUT_RATE)
 
 
 @pytest.mark.parametrize(
@@ -418,7 +414,7 @@ def test_rms_dbfs() -> None:
 
 def test_wav_bytes_parse_back() -> None:
     data = pcm.tone(440, 0.5)
-    with wave.open(io.BytesIO(pcm.wav_bytes(data, OUTPUT_RATE)), "rb") as w:
+    with wave.open(io.BytesIO(audio.wav_bytes(data, OUTPUT_RATE)), "rb") as w:
         assert w.getnchannels() == 1
         assert w.getsampwidth() == 2
         assert w.getframerate() == 24000
@@ -429,7 +425,7 @@ def test_wav_bytes_parse_back() -> None:
 def test_write_wav(tmp_path: Path) -> None:
     data = noise(0.05, -20)
     path = tmp_path / "out.wav"
-    pcm.write_wav(path, data, INPUT_RATE)
+    audio.write_wav(path, data, INPUT_RATE)
     with wave.open(str(path), "rb") as w:
         assert (w.getframerate(), w.getnframes()) == (16000, 800)
         assert w.readframes(800) == data
@@ -437,9 +433,9 @@ def test_write_wav(tmp_path: Path) -> None:
 
 def test_wav_bytes_validates() -> None:
     with pytest.raises(PcmFormatError):
-        pcm.wav_bytes(b"\x00", 16000)
+        audio.wav_bytes(b"\x00", 16000)
     with pytest.raises(PcmFormatError):
-        pcm.wav_bytes(b"\x00\x00", 100)
+        audio.wav_bytes(b"\x00\x00", 100)
 
 
 # --------------------------------------------------------------------------- VAD

@@ -12,16 +12,8 @@ from google.genai import types
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.scripted import (
-    Plan,
-    ScriptError,
-    ToolCall,
-    _calls_and_responses,
-    _split_turn,
-    _summary,
-    plan_for_text,
-    tiny_png,
-)
+from agents.script import Plan, ScriptError, ToolCall, plan_for_text, tiny_png
+from agents.scripted import _calls_and_responses, _split_turn, _summary
 
 # --- /echo ----------------------------------------------------------------------------------------
 
