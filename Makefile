@@ -9,22 +9,31 @@ STAMP := $(VENV)/.installed
 NPM := npm
 APT_PACKAGES := chromium nginx-light redis-server postgresql
 
-.PHONY: run test test-fast lint typecheck bench soak web system-deps clean help
+.PHONY: run test test-fast lint typecheck bench soak web system-deps clean help lock
 
 help:
 	@echo "make run    - set up and start the gateway with the demo agent (scripted model) on 127.0.0.1:8080"
 	@echo "make test   - set up and run every test (unit, integration, end-to-end, browser, services)"
+	@echo "make lock   - renew requirements.lock (the pinned Python versions) from pyproject.toml's ranges"
 	@echo "make bench  - run the benchmarks and print figures for BENCHMARKS.md"
 	@echo "make soak   - hold 2,000 SSE streams + 5,000 WebSockets on one gateway (SOAK_S=30 for a 30 s hold)"
 	@echo "make cluster-up     - PostgreSQL, Redis, two gateways and nginx on http://127.0.0.1:8088 (CLUSTER_PORT), in the background"
 	@echo "make cluster-status - what the cluster runs (ports, pids) and whether each piece answers"
 	@echo "make cluster-down   - stop every process of the cluster (its data stays in .state/cluster/)"
 
-$(STAMP): pyproject.toml
+# The versions installed are the locked ones (requirements.lock, constraints for pip); `make lock`
+# renews the lock from pyproject.toml's ranges with uv, keeping the locked versions that still fit.
+LOCK := requirements.lock
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -c $(LOCK) -e ".[dev]"
 	touch $(STAMP)
+
+lock: $(STAMP)
+	$(PY) -m pip install --quiet uv
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --extra bench --extra postgres --extra redis \
+		--universal --python-version 3.11 --quiet -o $(LOCK)
 
 web/node_modules/.package-lock.json: web/package.json web/package-lock.json
 	cd web && $(NPM) ci --no-audit --no-fund --loglevel=error
@@ -79,8 +88,8 @@ test: $(STAMP) web $(NODE_DEPS) system-deps
 
 # The benchmarks' own packages (charts, profiles): the `bench` extra, installed once per pyproject change.
 BENCH_STAMP := $(VENV)/.bench-installed
-$(BENCH_STAMP): pyproject.toml $(STAMP)
-	$(PY) -m pip install --quiet -e ".[dev,bench]"
+$(BENCH_STAMP): pyproject.toml $(LOCK) $(STAMP)
+	$(PY) -m pip install --quiet -c $(LOCK) -e ".[dev,bench]"
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
