@@ -6,18 +6,86 @@ pure, no ADK calls.
 from __future__ import annotations
 
 import json
+import math
+import random
 import re
 import struct
 import zlib
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, get_args
 
 from google.genai import types
 
-__all__ = ["MAX_STREAM_TOKENS", "Plan", "ScriptError", "ToolCall", "plan_for_text", "tiny_png", "usage", "words"]
+__all__ = [
+    "MAX_STREAM_TOKENS",
+    "Distribution",
+    "Latency",
+    "Plan",
+    "ScriptError",
+    "ToolCall",
+    "parse_latency",
+    "plan_for_text",
+    "tiny_png",
+    "usage",
+    "words",
+]
 
 _WORD = re.compile(r"\S+\s*|\s+")
+_SETTING = re.compile(r"([a-z]+)=(\S*)\s*")
 MAX_STREAM_TOKENS = 100_000
+MAX_LATENCY_MS = 3_600_000.0
+
+Distribution = Literal["fixed", "uniform", "normal", "exp"]
+DISTRIBUTIONS: tuple[str, ...] = get_args(Distribution)
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """How fast the model answers: the time to its first token and the rate of its text tokens.
+
+    Values are fixed, or drawn per answer (`ttft_ms`) and per token (the gap `1 / tokens_per_s`)
+    from a distribution with that mean: `uniform` (mean ± `jitter` x mean), `normal` (standard
+    deviation `jitter` x mean) or `exp` (exponential: tokens arrive as a Poisson process). Draws
+    below zero count as zero. All zero: no waiting at all.
+    """
+
+    ttft_ms: float = 0.0
+    tokens_per_s: float = 0.0  # 0: text tokens come as fast as possible
+    dist: Distribution = "fixed"
+    jitter: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.ttft_ms) and 0 <= self.ttft_ms <= MAX_LATENCY_MS):
+            raise ValueError(f"ttft must be 0..{MAX_LATENCY_MS:g} ms")
+        if not (math.isfinite(self.tokens_per_s) and self.tokens_per_s >= 0):
+            raise ValueError("tokens per second must be >= 0 (0: no pacing)")
+        if self.dist not in DISTRIBUTIONS:
+            raise ValueError(f"dist must be one of {', '.join(DISTRIBUTIONS)}")
+        if not (math.isfinite(self.jitter) and 0 <= self.jitter <= 10):
+            raise ValueError("jitter must be 0..10")
+
+    @property
+    def active(self) -> bool:
+        return self.ttft_ms > 0 or self.tokens_per_s > 0
+
+    def first_token_s(self, rng: random.Random) -> float:
+        """Seconds before the first output of an answer."""
+        return self._draw(self.ttft_ms / 1000, rng)
+
+    def token_gap_s(self, rng: random.Random) -> float:
+        """Seconds between two text tokens (0 without a rate)."""
+        return self._draw(1 / self.tokens_per_s, rng) if self.tokens_per_s > 0 else 0.0
+
+    def _draw(self, mean: float, rng: random.Random) -> float:
+        if mean <= 0 or self.dist == "fixed":
+            return mean
+        if self.dist == "uniform":
+            value = rng.uniform(mean * (1 - self.jitter), mean * (1 + self.jitter))
+        elif self.dist == "normal":
+            value = rng.gauss(mean, mean * self.jitter)
+        else:
+            value = rng.expovariate(1 / mean)
+        return max(0.0, value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +104,11 @@ class Plan:
     image: bool = False
     error: str | None = None
     steps: tuple[tuple[ToolCall, ...], ...] = field(default=())
+    latency: Latency | None = None  # a `/latency` prefix; None: the model's process-wide setting
 
 
 class ScriptError(ValueError):
-    """The user's script could not be parsed (bad /tool JSON, bad /stream count)."""
+    """The user's script could not be parsed (bad /tool JSON, bad /stream count, bad /latency)."""
 
 
 def words(text: str) -> tuple[str, ...]:
@@ -99,6 +168,40 @@ def _keyword_plan(text: str) -> Plan:
     return Plan(deltas=words(f"You said: {text}"))
 
 
+_LATENCY_NUMBERS = {"ttft": "ttft_ms", "tps": "tokens_per_s", "jitter": "jitter"}
+_LATENCY_USAGE = "/latency takes KEY=VALUE settings (ttft, tps, dist, jitter), then the message"
+
+
+def parse_latency(text: str) -> tuple[Latency, str]:
+    """Splits the settings that follow `/latency` from the message after them.
+
+    Raises:
+        ScriptError: an unknown setting, a bad value, or no message after the settings.
+    """
+    values: dict[str, Any] = {}
+    position = 0
+    while match := _SETTING.match(text, position):
+        key, raw = match.group(1), match.group(2)
+        position = match.end()
+        if key == "dist":
+            values["dist"] = raw
+            continue
+        field_name = _LATENCY_NUMBERS.get(key)
+        if field_name is None:
+            raise ScriptError(f"{_LATENCY_USAGE}; unknown setting {key!r}")
+        try:
+            values[field_name] = float(raw)
+        except ValueError:
+            raise ScriptError(f"{_LATENCY_USAGE}; {key}={raw!r} is not a number") from None
+    rest = text[position:]
+    if not rest.strip():
+        raise ScriptError(f"{_LATENCY_USAGE} (e.g. /latency ttft=200 tps=50 /stream 100)")
+    try:
+        return Latency(**values), rest
+    except ValueError as exc:
+        raise ScriptError(f"/latency: {exc}") from None
+
+
 def plan_for_text(text: str) -> Plan:
     """Derives the model's behaviour from the last user message's text.
 
@@ -107,6 +210,9 @@ def plan_for_text(text: str) -> Plan:
     """
     stripped = text.strip()
     command, _, rest = stripped.partition(" ")
+    if command == "/latency":
+        latency, message = parse_latency(rest)
+        return replace(plan_for_text(message), latency=latency)
     if command == "/echo":
         return Plan(deltas=words(stripped[len("/echo ") :]) if rest else ())
     if command == "/stream":

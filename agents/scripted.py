@@ -10,6 +10,10 @@ that message is the turn so far: the model's own function calls and the response
   ``NAME -> <response as compact JSON with sorted keys>``.
 - Text is streamed as real partial responses (``partial=True``), one per word or token, and then
   one aggregated final response, as ADK's streaming contract asks.
+- Latency (for load tests of frontends and proxies): a message's ``/latency`` prefix, else the
+  process-wide `configure_latency` (the gateway's ``--scripted-*`` settings), delays the first
+  output of every model call (time to first token) and spaces text tokens (tokens per second).
+  Without either, nothing waits.
 
 The model holds no state between calls (one instance serves every session), so the script is
 derived again from the request each time.
@@ -19,7 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncGenerator, Iterator
+import random
+from collections.abc import AsyncGenerator
 from typing import Any, ClassVar
 
 from google.adk.models import BaseLlm, LLMRegistry
@@ -27,10 +32,21 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
-from agents.script import ScriptError, plan_for_text, tiny_png, usage, words
+from agents.script import Latency, Plan, ScriptError, plan_for_text, tiny_png, usage, words
 from agents.scripted_live import ScriptedLiveConnection
 
-__all__ = ["ScriptedLlm"]
+__all__ = ["ScriptedLlm", "configure_latency"]
+
+# The waits of the latency settings; a test replaces it to see the delays without waiting them.
+_sleep = asyncio.sleep
+
+
+def configure_latency(latency: Latency, seed: int | None = None) -> None:
+    """Sets the process-wide latency of every scripted model (a message's `/latency` overrides
+    it) and seeds the generator its drawn values come from (None: a fresh seed)."""
+    ScriptedLlm.default_latency = latency
+    ScriptedLlm.rng = random.Random(seed)
+
 
 def _has_text(content: types.Content) -> bool:
     return any(part.text is not None and not part.thought for part in content.parts or ())
@@ -96,6 +112,8 @@ class ScriptedLlm(BaseLlm):
 
     model: str = "scripted"
     live_audio_rate: ClassVar[int] = 24000
+    default_latency: ClassVar[Latency] = Latency()
+    rng: ClassVar[random.Random] = random.Random()
 
     @classmethod
     def supported_models(cls) -> list[str]:
@@ -119,6 +137,11 @@ class ScriptedLlm(BaseLlm):
         if plan.error is not None:
             yield LlmResponse(error_code="MODEL_ERROR", error_message=plan.error, turn_complete=True)
             return
+
+        latency = plan.latency or self.default_latency
+        # Time to first token: before whatever this call answers (text, a thought, tool calls).
+        if latency.ttft_ms and (first := latency.first_token_s(self.rng)):
+            await _sleep(first)
 
         steps_done, calls, responses = _calls_and_responses(turn)
         if plan.steps and steps_done < len(plan.steps):
@@ -147,9 +170,13 @@ class ScriptedLlm(BaseLlm):
                 types.Part(inline_data=types.Blob(mime_type="image/png", data=tiny_png()))
             )
         if stream:
-            for delta in self._paced(deltas):
-                await asyncio.sleep(plan.delay_s) if plan.delay_s else None
+            for index, delta in enumerate(deltas):
+                gap = self._gap(plan, latency, index)
+                if gap:
+                    await _sleep(gap)
                 yield self._partial(types.Part(text=delta))
+        elif latency.tokens_per_s and (rest := sum(self._gap(plan, latency, i) for i in range(len(deltas)))):
+            await _sleep(rest)  # one response, when a streamed answer would have ended
         answer = "".join(deltas)
         if answer or not final_parts:
             final_parts.append(types.Part(text=answer))
@@ -161,9 +188,12 @@ class ScriptedLlm(BaseLlm):
             usage_metadata=usage(text, answer),
         )
 
-    @staticmethod
-    def _paced(deltas: tuple[str, ...]) -> Iterator[str]:
-        yield from deltas
+    def _gap(self, plan: Plan, latency: Latency, index: int) -> float:
+        """Seconds before text token `index`: with a token rate, a gap drawn from it (the first
+        token comes with the time to first token); else `/stream`'s MS before every token."""
+        if latency.tokens_per_s:
+            return latency.token_gap_s(self.rng) if index else 0.0
+        return plan.delay_s
 
     @staticmethod
     def _partial(part: types.Part) -> LlmResponse:

@@ -1,4 +1,7 @@
-"""`python -m gateway` / `adk-gateway`: parse settings, configure logs, serve."""
+"""`python -m gateway` / `adk-gateway`: parse settings, configure logs, serve.
+
+`adk-gateway loadtest ...` runs the load generator instead (`gateway.loadtest`, its own flags).
+"""
 
 from __future__ import annotations
 
@@ -9,15 +12,32 @@ from collections.abc import Sequence
 import structlog
 from aiohttp import web
 
-from gateway.config import SettingsError, load_settings
+from gateway.config import Settings, SettingsError, load_settings
 from gateway.logs import configure_logging
 
 LISTEN_BACKLOG = 4096
 
 
+def configure_scripted_model(settings: Settings) -> None:
+    """The scripted model's process-wide latency (its `--scripted-*` settings)."""
+    from agents.script import Latency
+    from agents.scripted import configure_latency
+
+    configure_latency(
+        Latency(ttft_ms=settings.scripted_ttft_ms, tokens_per_s=settings.scripted_tokens_per_s,
+                dist=settings.scripted_latency_dist, jitter=settings.scripted_latency_jitter),
+        seed=settings.scripted_seed,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["loadtest"]:
+        from gateway.loadtest.cli import main as loadtest
+
+        return loadtest(args[1:])
     try:
-        settings = load_settings(argv)
+        settings = load_settings(args)
     except SettingsError as exc:
         print(f"adk-gateway: {exc}", file=sys.stderr)
         return 2
@@ -33,6 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             detail="--auth none on a reachable host: any client can act as any user (--allow-anonymous)",
         )
     try:
+        configure_scripted_model(settings)
         app = make_app(settings)
         # What was loaded at start (ADK, the agent, the page) never becomes garbage: keep it out of
         # the collector's generations, so collections while serving stay short.

@@ -187,6 +187,28 @@ class Settings(BaseModel):
         "about a quarter of its throughput; the default holds more memory for it (RSS after 100,000 turns "
         "in `make bench`: 12 % over warm-up against 5 %).",
     )
+    scripted_ttft_ms: float = Field(
+        default=0.0, ge=0, le=3_600_000, allow_inf_nan=False,
+        description="The scripted model: time to the first token of every model call, in ms (the mean when "
+        "drawn, see --scripted-latency-dist); a message's `/latency` command overrides it (load tests of "
+        "frontends and proxies).",
+    )
+    scripted_tokens_per_s: float = Field(
+        default=0.0, ge=0, allow_inf_nan=False,
+        description="The scripted model: text tokens per second (the mean when drawn); 0: as fast as possible.",
+    )
+    scripted_latency_dist: Literal["fixed", "uniform", "normal", "exp"] = Field(
+        default="fixed",
+        description="The scripted model: how its time to first token and token gaps vary: 'fixed', 'uniform' "
+        "(mean ± jitter x mean), 'normal' (deviation jitter x mean) or 'exp' (exponential).",
+    )
+    scripted_latency_jitter: float = Field(
+        default=0.5, ge=0, le=10, description="The scripted model: the jitter of 'uniform' and 'normal' latency."
+    )
+    scripted_seed: int | None = Field(
+        default=None,
+        description="The scripted model: seed of the generator its drawn latencies come from (unset: a fresh one).",
+    )
 
     @field_validator("session_store")
     @classmethod
@@ -285,11 +307,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="adk-gateway",
         description="Serve Google ADK agents to Vercel AI SDK chat frontends.",
-        epilog=f"Every flag can also be set as an environment variable {ENV_PREFIX}<NAME>.",
+        epilog=f"Every flag can also be set as an environment variable {ENV_PREFIX}<NAME>. "
+        "`adk-gateway loadtest --help`: the bundled load generator.",
     )
     for name, info in Settings.model_fields.items():
         env = ENV_PREFIX + name.upper()
-        help_text = f"{info.description} [env {env}; default {info.default!r}]"
+        # argparse formats help with %: a literal one is doubled.
+        help_text = f"{info.description} [env {env}; default {info.default!r}]".replace("%", "%%")
         if info.annotation is bool:
             parser.add_argument(_flag(name), dest=name, default=None, action=argparse.BooleanOptionalAction,
                                 help=help_text)

@@ -8,7 +8,7 @@ CASE is one of:
 - ``fresh-chat``: 300 turns of ``/echo one two three`` over SSE, each in a new chat; turns 100-299
   are profiled.
 - ``reused-chat``: 210 turns of one chat over SSE, the whole history posted each turn as ``useChat``
-  does (``tests/bench/loadgen.py``'s reused-chat worker, prompt ``/echo hello from the load
+  does (``gateway.loadtest``'s reused-chat client, prompt ``/echo hello from the load
   generator``); turns 15-29 and 195-209 are profiled (two profiles, to see what grows).
 - ``stream-sse`` / ``stream-ws``: 20 turns of ``/stream 1000 0`` (1,000 text deltas) over SSE or over
   the WebSocket (one socket, as a browser tab keeps it); all but the first are profiled.
@@ -17,7 +17,7 @@ CASE is one of:
 The gateway is built as ``python -m gateway`` builds it (``make_app(Settings(model="scripted"))``,
 the ``memory://`` session and stream stores, logs configured by ``configure_logging`` with the
 default settings and written to /dev/null, ``gc.freeze()`` after start, no access log) and served
-by aiohttp's ``TestServer`` on 127.0.0.1. One client (``tests/bench/loadgen.py``'s worker) runs in
+by aiohttp's ``TestServer`` on 127.0.0.1. One client (``gateway.loadtest``'s ``Client``) runs in
 the same process and on the same event loop, so the profile holds both sides.
 
 Each case runs twice, each time in a fresh app: first without the profiler, for the per-turn
@@ -64,7 +64,7 @@ import gateway  # noqa: E402
 from gateway.app import make_app  # noqa: E402
 from gateway.config import Settings  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
-from tests.bench.loadgen import LoadConfig, Sample, _Worker  # noqa: E402
+from gateway.loadtest import Client, LoadConfig, Sample, chat_turn  # noqa: E402
 
 assert Path(gateway.__file__).resolve().is_relative_to(ROOT), gateway.__file__
 
@@ -112,7 +112,7 @@ async def drive(plan: Plan, profile: bool, interval: float) -> Run:
         http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
         cfg = LoadConfig(url=str(server.make_url("")).rstrip("/"), transport=plan.transport,  # type: ignore[arg-type]
                          chat=plan.chat, prompt=plan.prompt, timeout_s=60.0)  # type: ignore[arg-type]
-        worker = _Worker(0, cfg, http)
+        worker = Client(0, cfg, http)
         profiler: Profiler | None = None
         try:
             for turn in range(plan.turns):
@@ -122,7 +122,7 @@ async def drive(plan: Plan, profile: bool, interval: float) -> Run:
                     profiler.start()
                 sample = Sample(index=turn, chat_id=worker.chat_id)
                 started = time.perf_counter()
-                await worker.one(sample)
+                await chat_turn(worker, sample)
                 run.times_ms.append((time.perf_counter() - started) * 1000)
                 if not sample.ok:
                     raise RuntimeError(f"turn {turn} failed: {sample.error} {sample.detail}")
@@ -146,7 +146,8 @@ async def drive(plan: Plan, profile: bool, interval: float) -> Run:
 
 # A sample is the client's when its stack holds one of these (the script's own frames are at the
 # root of every stack, so they do not count).
-CLIENT_MODULES = ("aiohttp/client", "aiohttp/connector.py", "tests/bench/loadgen.py")
+CLIENT_MODULES = ("aiohttp/client", "aiohttp/connector.py", "gateway/loadtest/")
+CLIENT_DIRS = ("tests/", "docs/", "gateway/loadtest/")
 GATEWAY_DIRS = ("gateway/", "transports/", "agents/")
 
 
@@ -249,7 +250,7 @@ def owner_of(stack: Sequence[str]) -> str:
         function, path = _where(info)
         rel = repo_path(path)
         if rel is not None:
-            if rel.startswith(("tests/", "docs/")):
+            if rel.startswith(CLIENT_DIRS):
                 return "client:load generator"
             if rel.startswith(GATEWAY_DIRS):
                 return gateway_part(rel, function)

@@ -1,1 +1,2 @@
-"""Benchmarks: a load generator for AI SDK chat endpoints (`loadgen`) and the gateway benchmark (`run`)."""
+"""Benchmarks: the gateway benchmark (`run`), the comparison with ADK (`compare`) and the soak (`soak`);
+their load generator is `gateway.loadtest` (`adk-gateway loadtest`)."""

@@ -54,7 +54,7 @@ from google.genai import types
 from agents.adk import telemetry_config
 from agents.demo import build_demo_agent
 from agents.memory_store import MemorySessionService
-from tests.bench.loadgen import (
+from gateway.loadtest import (
     SSE_PATH,
     WS_PATH,
     Sample,

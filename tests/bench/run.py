@@ -53,8 +53,8 @@ from typing import Any
 
 import aiohttp
 
+from gateway.loadtest import LoadConfig, Sample, open_sse_stream, run_load, summarize, user_message
 from tests.bench.compare import PROMPT, Comparison, Sizes, Targets, churn
-from tests.bench.loadgen import LoadConfig, Sample, open_sse_stream, run_load, summarize, user_message
 from tests.bench.soak import raise_open_files_limit
 from tests.gateway_process import free_port, gateway_python
 

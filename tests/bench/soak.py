@@ -97,7 +97,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.bench.loadgen import SSEParser, check_target, percentiles
+from gateway.loadtest import SSEParser, check_target, percentiles
 from tests.gateway_process import free_port, gateway_python
 
 __all__ = ["Bounds", "Plan", "main", "rss_slope_kib_per_min"]
