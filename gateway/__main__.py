@@ -13,7 +13,7 @@ import structlog
 from aiohttp import web
 
 from gateway.config import Settings, SettingsError, load_settings
-from gateway.logs import configure_logging
+from gateway.logs import AccessLogger, configure_logging
 
 LISTEN_BACKLOG = 4096
 
@@ -63,6 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # second (see `--gc-thresholds`, BENCHMARKS.md "Soak").
         if (thresholds := settings.gc_threshold_values()) is not None:
             gc.set_threshold(*thresholds)
+        structlog.get_logger("gateway").info("listening", url=f"http://{settings.host}:{settings.port}")
         web.run_app(
             app,
             host=settings.host,
@@ -72,8 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             # thousands of clients connect at once, and they then wait on SYN retries.
             backlog=LISTEN_BACKLOG,
             shutdown_timeout=settings.shutdown_timeout_s,
-            access_log=None,
-            print=lambda text: print(text, file=sys.stderr, flush=True),
+            access_log_class=AccessLogger,
+            # One log line instead of aiohttp's banner, so that every line is JSON with --log-format json.
+            print=None,
         )
     except AgentLoadError as exc:
         print(f"adk-gateway: cannot load agent: {exc}", file=sys.stderr)

@@ -1,6 +1,11 @@
 """structlog set-up: JSON or console lines, with context (connection, chat, request ids) bound
 per task through `structlog.contextvars`.
 
+The standard library's loggers (ADK's, aiohttp's, any library's) go through the same processors
+(structlog's `ProcessorFormatter` on the root handler), so with `--log-format json` every line on
+stderr is one JSON object. `AccessLogger` writes one line per HTTP request (a WebSocket's when it
+closes): method, path without its query string (tokens travel there), status, bytes and duration.
+
 `bind()` / `unbind()` bind one such value for a block without a context manager: a connection that
 lives for minutes keeps only the token, not a `bound_contextvars` generator and its frame."""
 
@@ -12,8 +17,10 @@ from contextvars import Token
 from typing import Any
 
 import structlog
+from aiohttp.abc import AbstractAccessLogger
+from aiohttp.web import BaseRequest, StreamResponse
 
-__all__ = ["bind", "configure_logging", "get_logger", "unbind"]
+__all__ = ["AccessLogger", "bind", "configure_logging", "get_logger", "unbind"]
 
 
 def _redact_credentials(
@@ -44,14 +51,38 @@ def configure_logging(fmt: str = "console", level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
-    # Route the standard library's loggers (aiohttp, ADK) through the same level; ADK is chatty.
-    logging.basicConfig(
-        level=max(log_level, logging.WARNING), stream=sys.stderr, format="%(name)s %(levelname)s %(message)s"
-    )
-    for noisy in ("google_adk", "google.adk", "google_genai", "aiohttp.access"):
+    # The standard library's records (aiohttp, ADK) through the same processors and renderer.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, structlog.stdlib.ExtraAdder()],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info, _redact_credentials, renderer],
+    ))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    # ADK is chatty: the libraries speak from WARNING unless the gateway's level is stricter.
+    root.setLevel(max(log_level, logging.WARNING))
+    for noisy in ("google_adk", "google.adk", "google_genai"):
         logging.getLogger(noisy).setLevel(max(log_level, logging.WARNING))
     # ADK warns on every partial event that carries no usage metadata, which is all of them.
     logging.getLogger("google_adk.google.adk.telemetry").setLevel(logging.ERROR)
+
+
+class AccessLogger(AbstractAccessLogger):
+    """One `access` line per request, written through structlog (aiohttp's `access_log_class`)."""
+
+    log_access = structlog.get_logger("gateway.access")
+
+    def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
+        self.log_access.info(
+            "access",
+            method=request.method,
+            path=request.path,  # never the query string: `?access_token=` travels there
+            status=response.status,
+            bytes=response.body_length,
+            duration_ms=round(time * 1000, 1),
+            remote=request.remote,
+        )
 
 
 def bind(key: str, value: object) -> Token[Any]:
