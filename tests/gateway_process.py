@@ -31,7 +31,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,7 +91,8 @@ def _healthy(url: str) -> bool:
 
 
 def start_gateway_process(
-    *args: str, log: Path, env: Mapping[str, str] | None = None, name: str = "gateway"
+    *args: str, log: Path, env: Mapping[str, str] | None = None, name: str = "gateway",
+    command: Sequence[str] | None = None, cwd: Path = ROOT,
 ) -> GatewayProcess:
     """Starts a gateway on a free port and waits until /healthz answers 200.
 
@@ -100,6 +101,7 @@ def start_gateway_process(
     env: the environment to start from (default: os.environ); GOOGLE_API_KEY is always removed
         and ADK_GATEWAY_LOG_FORMAT set to json.
     name: how failure messages call the process.
+    command: what starts it (default: this checkout's `python -m gateway`), run in `cwd`.
 
     The caller stops the process (`stop_process(gateway.proc)`); if it does not come up, it is
     stopped here and the test fails with the tail of its log.
@@ -109,8 +111,8 @@ def start_gateway_process(
     process_env.pop("GOOGLE_API_KEY", None)  # the offline scripted model
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [gateway_python(), "-m", "gateway", "--host", "127.0.0.1", "--port", str(port), *args],
-            cwd=ROOT,
+            [*(command or (gateway_python(), "-m", "gateway")), "--host", "127.0.0.1", "--port", str(port), *args],
+            cwd=cwd,
             env=process_env,
             stdout=out,
             stderr=subprocess.STDOUT,
