@@ -62,9 +62,9 @@ def _package_page() -> None:
 def build_wheel(wheel_directory: str, config_settings: dict[str, Any] | None = None,
                 metadata_directory: str | None = None) -> str:
     _package_page()
-    return _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)
+    return str(_setuptools.build_wheel(wheel_directory, config_settings, metadata_directory))
 
 
 def build_sdist(sdist_directory: str, config_settings: dict[str, Any] | None = None) -> str:
     _package_page()
-    return _setuptools.build_sdist(sdist_directory, config_settings)
+    return str(_setuptools.build_sdist(sdist_directory, config_settings))
