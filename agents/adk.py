@@ -53,8 +53,8 @@ from opentelemetry import trace
 
 from agents.memory_store import MemorySessionService
 from agents.tools import Bounds, BoundsPlugin, PermissionPlugin, tool_kind
-from gateway.core.converter import ToolKind
 from gateway.core.errors import ModelTimedOut, StoreUnavailable
+from gateway.core.kinds import ToolKind
 from gateway.core.requests import ToolPart, UIMessage
 from gateway.metrics import Metrics
 

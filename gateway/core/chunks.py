@@ -3,7 +3,7 @@
 Field names are the wire names (camelCase) so that a chunk *is* its JSON shape. `to_wire()`
 drops every optional field that is `None` (the SDK rejects `null` in optional fields) but keeps the
 fields the schema declares as present-but-`unknown` (`input`, `output`, `data`), which may be
-`null`. v7-only chunks and fields are marked; `for_client()` downgrades a chunk for an ai 6 client.
+`null`. v7-only chunks and fields are marked; `adapt_wire()` downgrades a chunk for an ai 6 client.
 """
 
 from __future__ import annotations
@@ -244,16 +244,31 @@ class Data(Chunk):
         return wire
 
 
-def for_client(chunk: Chunk, major: int) -> Chunk | None:
-    """Adapts a chunk to the client's `ai` major version; `None` means "do not send".
+def _chunk_classes(base: type[Chunk]) -> list[type[Chunk]]:
+    found: list[type[Chunk]] = []
+    for cls in base.__subclasses__():
+        found += [cls, *_chunk_classes(cls)]
+    return found
+
+
+# Chunk types only `ai` 7 knows, and every type an `ai` 6 client may need changed (`adapt_wire`).
+V7_ONLY_TYPES: frozenset[str] = frozenset(cls.type for cls in _chunk_classes(Chunk) if cls.v7_only)
+ADAPTED_FOR_V6: frozenset[str] = V7_ONLY_TYPES | {Finish.type}
+
+
+def adapt_wire(wire: dict[str, Any], major: int) -> dict[str, Any] | None:
+    """Adapts a chunk (its wire dict, in the v7 chunk set) to the client's `ai` major version;
+    `None` means "do not send". The one adapter: every transport sends through it.
 
     ai 6 rejects a whole stream at the first chunk type or enum value it does not know, so the
     v7 additions are dropped (`tool-approval-response`) or mapped (`interrupted` -> `stop`).
+    Chunks that need nothing are returned as they are (the same object).
     """
     if major >= 7:
-        return chunk
-    if chunk.v7_only:
+        return wire
+    kind = wire.get("type")
+    if kind in V7_ONLY_TYPES:
         return None
-    if isinstance(chunk, Finish) and chunk.finishReason == "interrupted":
-        return Finish(finishReason="stop", messageMetadata=chunk.messageMetadata)
-    return chunk
+    if kind == Finish.type and wire.get("finishReason") not in (None, *V6_FINISH_REASONS):
+        return {**wire, "finishReason": "stop"}
+    return wire

@@ -29,6 +29,10 @@ A finished log stays resumable for `retention_s` only while no client has receiv
 client that dropped just before the end can still fetch it); once one has, resume answers
 "nothing active".
 
+A live session's log also lets go of audio a barge-in made obsolete: `discard_unread` drops the
+chunks of a type that some follower has not taken yet; followers skip them (so a WebSocket, which
+numbers what it sends, shows no gap) and they count as taken.
+
 Memory per log, besides its chunks, is a few hundred bytes: the wake-up of waiting readers
 (`Wakeup`) holds futures only while someone waits, and a follower's queue exists only during a
 replay's prefix. See docs/perf/memory-per-connection.md.
@@ -166,8 +170,12 @@ class Follower:
                 self._queued = None
             return entry
         log = self.log
-        if self.position < log.end:
-            kind, data = log._entry(self.position)
+        while self.position < log.end:
+            item = log._entry(self.position)
+            if item is None:  # discarded before this follower took it (and counted as taken then)
+                self.position += 1
+                continue
+            kind, data = item
             entry = LogEntry(self.position, kind, data)
             self.position += 1
             self._taken += len(data)
@@ -316,6 +324,30 @@ class StreamLog:
                 follower.on_change()
         return sequence
 
+    def discard_unread(self, kind: str) -> int:
+        """Drops the chunks of type `kind` that some follower has not taken yet (a live barge-in:
+        audio the client has not received is never sent); followers skip them, and their bytes
+        no longer count as pending. Returns how many were dropped."""
+        start = min((f.position for f in self._followers if not f.overrun), default=self.first)
+        dropped = 0
+        for sequence in range(max(start, self.first), self.end):
+            index = self._head + sequence - self.first
+            item = self._entries[index]
+            if item is None or item[0] != kind:
+                continue
+            size = len(item[1])
+            self._entries[index] = None
+            self.kept_bytes -= size
+            dropped += 1
+            for follower in self._followers:
+                if follower.position <= sequence:
+                    follower._taken += size
+        if dropped:
+            for follower in tuple(self._followers):
+                if follower.on_change is not None:
+                    follower.on_change()
+        return dropped
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
@@ -361,19 +393,18 @@ class StreamLog:
 
     def _drop_first(self) -> None:
         item = self._entries[self._head]
-        assert item is not None
         self._entries[self._head] = None
         self._head += 1
         self.first += 1
-        self.kept_bytes -= len(item[1])
+        if item is not None:  # a discarded chunk's bytes were let go already
+            self.kept_bytes -= len(item[1])
         if self._head >= _COMPACT_AFTER and self._head * 2 >= len(self._entries):
             del self._entries[: self._head]
             self._head = 0
 
-    def _entry(self, sequence: int) -> tuple[str, bytes]:
-        item = self._entries[self._head + sequence - self.first]
-        assert item is not None
-        return item
+    def _entry(self, sequence: int) -> tuple[str, bytes] | None:
+        """The chunk kept at `sequence` (None: discarded)."""
+        return self._entries[self._head + sequence - self.first]
 
     def _offset(self, sequence: int) -> int:
         """The byte offset of chunk `sequence` among every chunk ever appended."""

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.core import chunks as c
-from gateway.core.chunks import V6_FINISH_REASONS, for_client
+from gateway.core.chunks import V6_FINISH_REASONS, V7_ONLY_TYPES, adapt_wire
 
 PM = {"adk": {"eventId": "e1"}}
 
@@ -144,33 +144,36 @@ def test_chunks_are_frozen() -> None:
 
 def test_v7_only_chunks_are_marked() -> None:
     assert {cls.type for cls in all_chunk_classes() if cls.v7_only} == {"tool-approval-response"}
+    assert {cls.type for cls in all_chunk_classes() if cls.v7_only} == V7_ONLY_TYPES
 
 
 @pytest.mark.parametrize("wire_type", list(CATALOGUE))
-def test_for_client_v7_passes_everything(wire_type: str) -> None:
+def test_adapt_wire_v7_passes_everything(wire_type: str) -> None:
     cls, required, optional = CATALOGUE[wire_type]
-    chunk = cls(**required, **optional)
-    assert for_client(chunk, 7) is chunk
-    assert for_client(chunk, 8) is chunk
+    wire = cls(**required, **optional).to_wire()
+    assert adapt_wire(wire, 7) is wire
+    assert adapt_wire(wire, 8) is wire
 
 
 @pytest.mark.parametrize("wire_type", list(CATALOGUE))
-def test_for_client_v6(wire_type: str) -> None:
+def test_adapt_wire_v6(wire_type: str) -> None:
     cls, required, optional = CATALOGUE[wire_type]
-    chunk = cls(**required, **optional)
-    adapted = for_client(chunk, 6)
+    wire = cls(**required, **optional).to_wire()
+    adapted = adapt_wire(wire, 6)
     if wire_type == "tool-approval-response":
         assert adapted is None
     else:
-        assert adapted == chunk
+        assert adapted == wire
 
 
 def test_interrupted_becomes_stop_for_v6() -> None:
     meta = {"usage": {"totalTokens": 1}}
-    assert for_client(c.Finish(finishReason="interrupted", messageMetadata=meta), 6) == c.Finish(
+    assert adapt_wire(c.Finish(finishReason="interrupted", messageMetadata=meta).to_wire(), 6) == c.Finish(
         finishReason="stop", messageMetadata=meta
-    )
-    assert for_client(c.Finish(finishReason="interrupted"), 7) == c.Finish(finishReason="interrupted")
+    ).to_wire()
+    interrupted = c.Finish(finishReason="interrupted").to_wire()
+    assert adapt_wire(interrupted, 7) == interrupted
     for reason in V6_FINISH_REASONS:
-        assert for_client(c.Finish(finishReason=reason), 6) == c.Finish(finishReason=reason)  # type: ignore[arg-type]
+        wire = c.Finish(finishReason=reason).to_wire()  # type: ignore[arg-type]
+        assert adapt_wire(wire, 6) == wire
     assert {"stop", "length", "content-filter", "tool-calls", "error", "other"} == V6_FINISH_REASONS

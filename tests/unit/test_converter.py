@@ -1,4 +1,6 @@
-"""Unit tests for gateway.core.converter: hand-built ADK events -> UI message chunks."""
+"""Unit tests for gateway.core.converter: hand-built ADK events, adapted by `agents.events`, -> UI
+message chunks (the chat's `ResponseConverter`; live turns are in tests/unit/test_writer.py and the
+live integration tests)."""
 
 from __future__ import annotations
 
@@ -14,19 +16,29 @@ from google.genai import types
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agents.events import agent_event, finish_reason_name
 from gateway.core import chunks as c
-from gateway.core.approval import REJECTED_TEXT
+from gateway.core import events as ev
+from gateway.core.approval import (
+    REJECTED_TEXT,
+    AwaitClient,
+    CallState,
+    RunInBrowser,
+    ToolOutcome,
+    interrupt_result,
+)
 from gateway.core.converter import (
-    CONFIRMATION_TOOL,
     MAX_ERROR_TEXT,
-    PLACEHOLDER_ERROR,
     BrowserCall,
+    ConversionResult,
     NeedsApproval,
     ResponseConverter,
-    ToolKind,
     map_finish_reason,
+    message_replay_chunks,
+    result_outcome,
     safe_error_text,
 )
+from gateway.core.kinds import CONFIRMATION_TOOL, PLACEHOLDER_ERROR, ToolKind
 
 AGENT = "demo_agent"
 KINDS = {
@@ -101,6 +113,10 @@ def response_event(*responses: tuple[str, str, dict[str, Any]], requested: Itera
     )
 
 
+def convert(conv: ResponseConverter, event: Event) -> ConversionResult:
+    return conv.convert(agent_event(event))
+
+
 def run(events: Sequence[Event], conv: ResponseConverter | None = None, **finish: Any) -> tuple[
     list[c.Chunk], list[Any]
 ]:
@@ -108,7 +124,7 @@ def run(events: Sequence[Event], conv: ResponseConverter | None = None, **finish
     out: list[c.Chunk] = []
     effects: list[Any] = []
     for event in events:
-        result = conv.convert(event)
+        result = convert(conv, event)
         out += result.chunks
         effects += result.effects
     out += conv.finish(**finish)
@@ -352,6 +368,13 @@ def test_rejection_becomes_tool_output_denied() -> None:
     assert chunks[1] == c.ToolOutputDenied(toolCallId="call-1")
 
 
+def test_the_interrupt_result_is_a_denial_as_in_live_mode() -> None:
+    # "Deny and stop" and a barge-in end a call with the interrupt result: one rule, shown as denied.
+    chunks, _ = run([response_event(("call-1", "process_payment", {"error": interrupt_result()}))])
+    assert c.ToolOutputDenied(toolCallId="call-1") in chunks
+    assert not any(isinstance(chunk, c.ToolOutputError) for chunk in chunks)
+
+
 def test_tool_error_response_becomes_tool_output_error() -> None:
     chunks, _ = run([response_event(("call-1", "get_weather", {"error": "no such city"}))])
     assert c.ToolOutputError(toolCallId="call-1", errorText="no such city", providerExecuted=True) in chunks
@@ -368,13 +391,13 @@ def test_user_events_are_ignored() -> None:
 
 def test_error_event_is_one_safe_line_and_nothing_follows() -> None:
     conv = ResponseConverter(message_id="m", tool_kinds=kinds)
-    first = conv.convert(model_event("e1", text("partial "), partial=True)).chunks
+    first = convert(conv, model_event("e1", text("partial "), partial=True)).chunks
     failure = Event(
         invocation_id="i", author=AGENT, error_code="MODEL_ERROR",
         error_message="boom\nTraceback (most recent call last):\n  File \"/srv/x.py\", line 1",
     )
-    err = conv.convert(failure).chunks
-    later = conv.convert(model_event("e2", text("after"))).chunks
+    err = convert(conv, failure).chunks
+    later = convert(conv, model_event("e2", text("after"))).chunks
     fin = conv.finish()
     assert conv.errored
     assert types_of(err) == ["text-end", "error"]
@@ -391,7 +414,7 @@ def test_error_code_only() -> None:
 
 def test_error_method_closes_parts_and_ends_the_response() -> None:
     conv = ResponseConverter(message_id="m")
-    conv.convert(model_event("e1", text("a"), partial=True))
+    convert(conv, model_event("e1", text("a"), partial=True))
     out = conv.error("The agent failed while answering.")
     assert types_of(out) == ["text-end", "error"]
     assert conv.error("again") == [] and conv.finish() == []
@@ -435,7 +458,7 @@ def test_safe_error_text(message: str | None, expected: str) -> None:
     ],
 )
 def test_map_finish_reason(reason: Any, expected: str) -> None:
-    assert map_finish_reason(reason) == expected
+    assert map_finish_reason(finish_reason_name(reason)) == expected
 
 
 @pytest.mark.parametrize(
@@ -571,3 +594,139 @@ def test_streams_obey_the_sdk_ordering_rules(
     for chunk in chunks:
         wire = chunk.to_wire()
         assert all(v is not None or k in type(chunk).always_present for k, v in wire.items()), wire
+
+
+# --- the core's own events: what the converter reads, and how ADK's become them ------------------
+
+
+def test_the_converter_reads_core_events_built_by_hand() -> None:
+    conv = ResponseConverter(message_id="m", tool_kinds=kinds)
+    stream = [
+        ev.AgentEvent(id="e1", author=AGENT, role="model", parts=(ev.Text("Hi "),), partial=True),
+        ev.AgentEvent(id="e1", author=AGENT, role="model", parts=(ev.Text("Hi "),
+                      ev.FunctionCall("c1", "show_toast", {"text": "yo"})), finish_reason="STOP",
+                      usage=ev.Usage(3, 4, 7)),
+    ]
+    chunks: list[c.Chunk] = []
+    effects: list[Any] = []
+    for event in stream:
+        result = conv.convert(event)
+        chunks += result.chunks
+        effects += result.effects
+    chunks += conv.finish()
+    check_order(chunks)
+    assert texts(chunks) == "Hi "
+    assert effects == [BrowserCall("c1", "show_toast")]
+    assert chunks[-1] == c.Finish(finishReason="tool-calls",
+                                  messageMetadata={"usage": {"inputTokens": 3, "outputTokens": 4, "totalTokens": 7}})
+
+
+def test_adk_events_become_core_events() -> None:
+    png = b"\x89PNG"
+    event = Event(
+        id="e7", invocation_id="i", author=AGENT, partial=True, turn_complete=True, interrupted=True,
+        content=types.Content(role="model", parts=[
+            text("a", thought=True), call("get_weather", "c1", location="x"),
+            types.Part(function_response=types.FunctionResponse(id="c0", name="t", response={"ok": 1})),
+            types.Part(inline_data=types.Blob(mime_type="image/png", data=png)),
+            types.Part(file_data=types.FileData(file_uri="gs://b/f")),
+            types.Part(executable_code=types.ExecutableCode(code="1", language=types.Language.PYTHON)),
+        ]),
+        finish_reason=types.FinishReason.MAX_TOKENS,
+        usage_metadata=types.GenerateContentResponseUsageMetadata(prompt_token_count=2, total_token_count=2),
+        input_transcription=types.Transcription(text="hello", finished=True),
+        output_transcription=types.Transcription(text="hi"),
+        actions=EventActions(requested_tool_confirmations={"c1": ToolConfirmation(hint="?")}),
+    )
+    assert agent_event(event) == ev.AgentEvent(
+        id="e7", author=AGENT, role="model",
+        parts=(ev.Text("a", True), ev.FunctionCall("c1", "get_weather", {"location": "x"}),
+               ev.FunctionResponse("c0", "t", {"ok": 1}), ev.InlineData("image/png", png),
+               ev.FileData("gs://b/f", "application/octet-stream"), ev.Text("")),
+        partial=True, turn_complete=True, interrupted=True, finish_reason="MAX_TOKENS",
+        usage=ev.Usage(input_tokens=2, total_tokens=2), requested_confirmations=frozenset({"c1"}),
+        input_transcription=ev.Transcription("hello", True), output_transcription=ev.Transcription("hi", False),
+    )
+    bare = agent_event(Event(invocation_id="i", author="user"))
+    assert (bare.parts, bare.role, bare.usage, bare.requested_confirmations) == ((), None, None, frozenset())
+
+
+# --- replays ----------------------------------------------------------------------------------------
+
+
+def test_a_message_is_replayed_part_by_part() -> None:
+    parts: list[dict[str, Any]] = [
+        {"type": "step-start"},
+        {"type": "reasoning", "text": "hmm"},
+        {"type": "text", "text": "Paying."},
+        {"type": "tool-process_payment", "toolCallId": "c1", "state": "output-available", "input": {"amount": 5},
+         "output": {"status": "completed"}, "providerExecuted": True, "approval": {"id": "apr-1", "approved": True}},
+        {"type": "step-start"},
+        {"type": "dynamic-tool", "toolName": "x", "toolCallId": "c2", "state": "output-denied", "input": {}},
+        {"type": "data-note", "id": "n1", "data": {"a": 1}},
+        {"type": "tool-broken"},  # no call id: nothing to rebuild
+    ]
+    replay = message_replay_chunks(parts)
+    assert [w["type"] for w in replay] == [
+        "start-step", "reasoning-start", "reasoning-delta", "reasoning-end", "text-start", "text-delta", "text-end",
+        "tool-input-available", "tool-approval-request", "tool-output-available", "finish-step",
+        "start-step", "tool-input-available", "tool-output-denied", "data-note", "finish-step",
+    ]
+    assert replay[7] == {"type": "tool-input-available", "toolCallId": "c1", "toolName": "process_payment",
+                         "input": {"amount": 5}, "providerExecuted": True}
+    assert replay[8] == {"type": "tool-approval-request", "approvalId": "apr-1", "toolCallId": "c1"}
+    assert replay[12] == {"type": "tool-input-available", "toolCallId": "c2", "toolName": "x", "input": {},
+                          "dynamic": True}
+    assert replay[14] == {"type": "data-note", "data": {"a": 1}, "id": "n1"}
+    assert message_replay_chunks([]) == []
+
+
+# --- what the approval book decides, as chunks --------------------------------------------------------
+
+
+def test_show_writes_what_the_book_decides() -> None:
+    conv = ResponseConverter(message_id="msg-1", tool_kinds=kinds)
+    conv.start()
+    shown = conv.show([
+        AwaitClient("c1", "apr-1"),
+        AwaitClient("c2"),  # a browser tool "always" allowed: nothing to ask
+        RunInBrowser("c3", "change_bgm", {"track": 2}),
+        ToolOutcome("c4", CallState.OUTPUT_DENIED),
+        ToolOutcome("c5", CallState.OUTPUT_ERROR, "The approval timed out."),
+        ToolOutcome("c6", CallState.OUTPUT_ERROR, "The approval timed out.", browser=True),
+    ])
+    assert wires(shown) == [
+        {"type": "tool-approval-request", "approvalId": "apr-1", "toolCallId": "c1"},
+        {"type": "tool-input-available", "toolCallId": "c3", "toolName": "change_bgm", "input": {"track": 2}},
+        {"type": "tool-output-denied", "toolCallId": "c4"},
+        {"type": "tool-output-error", "toolCallId": "c5", "errorText": "The approval timed out.",
+         "providerExecuted": True},
+        {"type": "tool-output-error", "toolCallId": "c6", "errorText": "The approval timed out."},
+    ]
+    assert wires(conv.abort("stopped")) == [{"type": "abort", "reason": "stopped"}]
+    assert conv.show([ToolOutcome("c7", CallState.OUTPUT_DENIED)]) == []  # after the end: nothing
+
+
+@pytest.mark.parametrize(("payload", "outcome"), [
+    ({"status": "ok"}, CallState.OUTPUT_AVAILABLE),
+    ({"error": REJECTED_TEXT}, CallState.OUTPUT_DENIED),
+    ({"error": interrupt_result()}, CallState.OUTPUT_DENIED),
+    ({"error": "boom"}, CallState.OUTPUT_ERROR),
+    ({"error": "boom", "detail": 1}, CallState.OUTPUT_AVAILABLE),
+])
+def test_result_outcome_says_how_a_result_is_shown(payload: dict[str, Any], outcome: CallState) -> None:
+    assert result_outcome(payload) is outcome
+
+
+def test_only_new_outcomes_are_shown() -> None:
+    heard: list[tuple[str, CallState]] = []
+
+    def reported(call_id: str, outcome: CallState) -> bool:
+        heard.append((call_id, outcome))
+        return call_id != "c1"  # c1 already ended (e.g. its approval expired)
+
+    conv = ResponseConverter(message_id="msg-1", tool_kinds=kinds, reported=reported)
+    chunks, _ = run([response_event(("c1", "process_payment", {"error": REJECTED_TEXT}),
+                                    ("c2", "get_weather", {"sky": "clear"}))], conv)
+    assert heard == [("c1", CallState.OUTPUT_DENIED), ("c2", CallState.OUTPUT_AVAILABLE)]
+    assert [w["toolCallId"] for w in wires(chunks) if w["type"].startswith("tool-output")] == ["c2"]

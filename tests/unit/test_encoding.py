@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from gateway.core import chunks as c
 from gateway.core import encoding
-from transports.base import adapt_wire
+from gateway.services.streams import LogEntry
+from transports.base import adapt_entry, adapt_wire
 
 
 def parse_sse(raw: bytes) -> tuple[list[str], list[str]]:
@@ -148,7 +149,8 @@ def test_adapt_wire_for_v6() -> None:
 
 
 @pytest.mark.parametrize("major", [6, 7])
-def test_adapt_wire_agrees_with_for_client(major: int) -> None:
+def test_a_logged_chunk_is_adapted_by_the_one_adapter(major: int) -> None:
+    assert adapt_wire is c.adapt_wire  # transports send through the core's adapter, the only one
     chunks: list[c.Chunk] = [
         c.ToolApprovalResponse(approvalId="a", approved=False, reason="never"),
         c.Finish(finishReason="interrupted"),
@@ -156,5 +158,6 @@ def test_adapt_wire_agrees_with_for_client(major: int) -> None:
         c.ToolOutputDenied(toolCallId="x"),
     ]
     for chunk in chunks:
-        adapted = c.for_client(chunk, major)
-        assert adapt_wire(chunk.to_wire(), major) == (adapted.to_wire() if adapted is not None else None)
+        adapted = c.adapt_wire(chunk.to_wire(), major)
+        data = adapt_entry(LogEntry.of(0, chunk.to_wire()), major)
+        assert (json.loads(data) if data is not None else None) == adapted

@@ -1,0 +1,113 @@
+"""The agent's events as the core sees them: small frozen values, no ADK types.
+
+`agents.events.agent_event` builds one from an ADK `Event`; the converters
+(`gateway.core.converter`) read only these. The fields are the ones the UI message stream needs;
+anything else of ADK's stays in `agents/`. Payloads (`args`, `response`, `data`) are the ADK
+objects' own values, not copies: an event is read once, on the hot path of every streamed token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "NO_IDS",
+    "AgentEvent",
+    "FileData",
+    "FunctionCall",
+    "FunctionResponse",
+    "InlineData",
+    "Part",
+    "Text",
+    "Transcription",
+    "Usage",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """Text of the model, or its thought (`thought`: a reasoning part)."""
+
+    text: str
+    thought: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionCall:
+    id: str | None
+    name: str
+    args: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionResponse:
+    id: str | None
+    name: str
+    response: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class InlineData:
+    """Bytes the model sent inline: an image, a file, or audio (`audio/pcm;rate=…`)."""
+
+    mime_type: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class FileData:
+    """A file the model refers to by URI."""
+
+    uri: str
+    mime_type: str
+
+
+Part = Text | FunctionCall | FunctionResponse | InlineData | FileData
+
+
+@dataclass(frozen=True, slots=True)
+class Transcription:
+    """What was said, as text: the user's speech (input) or the model's (output)."""
+
+    text: str
+    finished: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of one model response (zero: not reported)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+
+NO_IDS: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEvent:
+    """One event of an agent run.
+
+    `id`: the model call's id (every partial event of one model call shares it with its final
+    event). `role`: the content's role (`model`, `user`; None when unset). `finish_reason`: the
+    model's, by name (`STOP`, `MAX_TOKENS`, …). `requested_confirmations`: ids of the calls ADK
+    asks a confirmation for in this event.
+    """
+
+    id: str = ""
+    author: str = ""
+    role: str | None = None
+    parts: tuple[Part, ...] = ()
+    partial: bool = False
+    turn_complete: bool = False
+    interrupted: bool = False
+    error_code: str | None = None
+    error_message: str | None = None
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    requested_confirmations: frozenset[str] = NO_IDS
+    input_transcription: Transcription | None = None
+    output_transcription: Transcription | None = None
