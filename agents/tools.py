@@ -12,7 +12,9 @@
   A live session therefore attaches a `LiveToolGate` for its `LiveRequestQueue`
   (`attach_live` / `detach_live`); for calls of that invocation the plugin itself holds a tool that
   needs approval until the gate has the user's answer, and answers a browser tool with the output
-  the browser sent, so ADK hands the model a real result.
+  the browser sent, so ADK hands the model a real result. What an answer means — run, refuse with
+  ADK's rejection or the interrupt result, remember "always" / "never" — is decided by
+  `gateway.core.approval` (`LiveApproval.refusal`, `Decision.permission`), not here.
 - `BoundsPlugin` bounds how long model and tool calls may take (see its docstring). It is the
   first plugin of the runner, so its callbacks always run: ADK stops at the first plugin callback
   that returns a value, and this one returns a value only for the errors it caused itself.
@@ -34,8 +36,8 @@ from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.adk.tools.tool_confirmation import ToolConfirmation
 
-from gateway.core.approval import REJECTED_TEXT, ApprovalBook, Decision, Permission, permanently_denied_text
-from gateway.core.converter import ToolKind
+from gateway.core.approval import ApprovalBook, Decision, LiveApproval, Permission, permanently_denied_text
+from gateway.core.kinds import ToolKind
 
 __all__ = [
     "APPROVALS_STATE_KEY",
@@ -78,17 +80,6 @@ def _needs_confirmation(tool: BaseTool) -> bool:
     return isinstance(tool, FunctionTool) and bool(getattr(tool, "_require_confirmation", False))
 
 
-@dataclass(frozen=True, slots=True)
-class LiveApproval:
-    """A live session's answer for a held call."""
-
-    approved: bool
-    # The user's decision; None when the call ended without one (timeout, interrupt, session end).
-    decision: Decision | None = None
-    # When set, the call ends with this error instead of running.
-    error: str | None = None
-
-
 class LiveToolGate(Protocol):
     """What a live session offers the plugin for the calls of its invocation."""
 
@@ -128,10 +119,9 @@ class PermissionPlugin(BasePlugin):
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: Any
     ) -> dict[str, Any] | None:
-        book = tool_context.state.get(APPROVALS_STATE_KEY) or {}
-        permission = (book.get("permissions") or {}).get(tool.name)
+        permission = ApprovalBook.stored_permission(tool_context.state.get(APPROVALS_STATE_KEY), tool.name)
         confirmation = tool_context.tool_confirmation
-        if permission == Permission.NEVER.value and not (confirmation is not None and not confirmation.confirmed):
+        if permission is Permission.NEVER and not (confirmation is not None and not confirmation.confirmed):
             # (The call the user has just denied with "never" gets ADK's own rejection instead.)
             return {"error": permanently_denied_text(tool.name)}
         queue = _live_queue(tool_context) if self._live_gates else None
@@ -139,7 +129,7 @@ class PermissionPlugin(BasePlugin):
         if gate is not None:
             return await self._live_call(gate, tool, tool_args, tool_context, permission)
         if (
-            permission == Permission.ALWAYS.value
+            permission is Permission.ALWAYS
             and _needs_confirmation(tool)
             and tool_context.tool_confirmation is None
         ):
@@ -147,22 +137,26 @@ class PermissionPlugin(BasePlugin):
         return None
 
     async def _live_call(
-        self, gate: LiveToolGate, tool: BaseTool, tool_args: dict[str, Any], tool_context: Any, permission: Any
+        self,
+        gate: LiveToolGate,
+        tool: BaseTool,
+        tool_args: dict[str, Any],
+        tool_context: Any,
+        permission: Permission | None,
     ) -> dict[str, Any] | None:
         browser = isinstance(tool, BrowserTool)
         confirm = not browser and await tool.check_require_confirmation(tool_args, tool_context) is True
         ask = (tool.needs_approval if isinstance(tool, BrowserTool) else confirm) and (
-            permission != Permission.ALWAYS.value
+            permission is not Permission.ALWAYS
         )
         call_id = tool_context.function_call_id or ""
         if ask:
             answer = await gate.request_approval(call_id, tool.name, browser=browser)
             if answer.decision is not None:
                 _remember(tool_context, tool.name, answer.decision)
-            if answer.error is not None:
-                return {"error": answer.error}
-            if not answer.approved:
-                return {"error": REJECTED_TEXT}
+            refusal = answer.refusal()
+            if refusal is not None:
+                return refusal
         if confirm:
             tool_context.tool_confirmation = ToolConfirmation(confirmed=True)
         if browser:
@@ -172,11 +166,10 @@ class PermissionPlugin(BasePlugin):
 
 def _remember(tool_context: Any, tool_name: str, decision: Decision) -> None:
     """Stores an "always" / "never" answer in the chat's book (it rides on the tool's response event)."""
-    permission = {Decision.ALLOW_ALWAYS: Permission.ALWAYS, Decision.DENY_NEVER: Permission.NEVER}.get(decision)
-    if permission is None:
+    if decision.permission is None:
         return
     book = ApprovalBook.from_state(tool_context.state.get(APPROVALS_STATE_KEY))
-    book.permissions[tool_name] = permission
+    book.remember(tool_name, decision)
     tool_context.state[APPROVALS_STATE_KEY] = book.to_state()
 
 

@@ -295,6 +295,36 @@ async def test_deny_and_stop(client: TestClient[Any, Any], log: ToolLog, major: 
     assert after.text == "next"
 
 
+async def test_deny_and_stop_beside_an_approval_stops_both(client: TestClient[Any, Any], log: ToolLog) -> None:
+    chat = Conversation(client, major=7)
+    first = await chat.send('/tool guarded {"item": "a"}\n/tool guarded {"item": "b"}')
+    calls = [r["toolCallId"] for r in first.of_type("tool-approval-request")]
+    approve, stop = chat.pending_approvals()
+    chat.answer(approve, True, reason="always")
+    chat.answer(stop, False, reason="stop")
+    reply = await chat.continue_()
+    assert reply.types == ["start", "tool-output-denied", "tool-output-denied", "finish"]
+    assert [c["toolCallId"] for c in reply.of_type("tool-output-denied")] == calls
+    assert reply.finish_reason == "interrupted"
+    assert log.count("guarded") == 0
+    # The "always" given in the same message still counts.
+    again = await chat.send('/tool guarded {"item": "c"}')
+    assert "tool-approval-request" not in again.types and log.count("guarded") == 1
+
+
+async def test_the_same_approval_twice_in_one_message_is_refused(client: TestClient[Any, Any], log: ToolLog) -> None:
+    chat = await pending_chat(client)
+    [part] = chat.pending_approvals()
+    chat.answer(part, True)
+    chat.assistant["parts"].append(dict(part))
+    reply = await chat.post(chat.continuation_body())
+    assert_refused(reply, 403, "approval_invalid")
+    assert log.count("guarded") == 0
+    chat.assistant["parts"].pop()
+    ok = await chat.continue_()
+    assert ok.status == 200 and log.count("guarded") == 1
+
+
 # --- refused approvals ---------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from hypothesis.stateful import (
 )
 
 from gateway.core.approval import (
+    INITIAL,
     MAX_ANSWERED_KEPT,
     TERMINAL,
     TRANSITIONS,
@@ -78,10 +79,8 @@ def test_every_pair_moves_to_the_table_target_or_raises(state: CallState, event:
 
 
 def test_expected_happy_paths() -> None:
-    r = record(CallState.INPUT_STREAMING)
+    r = record(INITIAL)
     for event, state in [
-        (CallEvent.INPUT_DELTA, CallState.INPUT_STREAMING),
-        (CallEvent.INPUT_COMPLETE, CallState.INPUT_AVAILABLE),
         (CallEvent.REQUEST_APPROVAL, CallState.APPROVAL_REQUESTED),
         (CallEvent.RESPOND, CallState.APPROVAL_RESPONDED),
         (CallEvent.DENY, CallState.OUTPUT_DENIED),
@@ -91,6 +90,43 @@ def test_expected_happy_paths() -> None:
     assert record(CallState.INPUT_AVAILABLE).fire(CallEvent.OUTPUT).state is CallState.OUTPUT_AVAILABLE
     for state in set(CallState) - TERMINAL:
         assert record(state).fire(CallEvent.FAIL).state is CallState.OUTPUT_ERROR
+
+
+OPEN = [s for s in CallState if s not in TERMINAL]
+
+
+@pytest.mark.parametrize("state", OPEN, ids=[s.value for s in OPEN])
+def test_every_open_call_can_end_every_way_but_output(state: CallState) -> None:
+    # What the agent or the user reports about an open call never needs a suppressor: every
+    # ending is legal from every open state, except a tool output while its approval is open.
+    moves = TRANSITIONS[state]
+    for event in (CallEvent.DENY, CallEvent.FAIL, CallEvent.STOP, CallEvent.CUT, CallEvent.ABANDON):
+        assert moves[event] in TERMINAL
+    assert (CallEvent.OUTPUT in moves) is (state is not CallState.APPROVAL_REQUESTED)
+    assert moves[CallEvent.STOP] is CallState.OUTPUT_DENIED
+    assert moves[CallEvent.ABANDON] is CallState.OUTPUT_ERROR
+
+
+def test_only_an_open_question_can_be_answered_or_expire() -> None:
+    for event in (CallEvent.RESPOND, CallEvent.EXPIRE):
+        assert {s for s in CallState if event in TRANSITIONS[s]} == {CallState.APPROVAL_REQUESTED}
+    assert TRANSITIONS[CallState.APPROVAL_REQUESTED][CallEvent.EXPIRE] is CallState.OUTPUT_ERROR
+    # A barge-in denies a pending question; anything else it cuts fails.
+    assert {s: TRANSITIONS[s][CallEvent.CUT] for s in OPEN} == {
+        CallState.INPUT_AVAILABLE: CallState.OUTPUT_ERROR,
+        CallState.APPROVAL_REQUESTED: CallState.OUTPUT_DENIED,
+        CallState.APPROVAL_RESPONDED: CallState.OUTPUT_ERROR,
+    }
+
+
+def test_every_state_is_reachable_from_the_initial_one() -> None:
+    seen, todo = {INITIAL}, [INITIAL]
+    while todo:
+        for target in TRANSITIONS[todo.pop()].values():
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    assert seen == set(CallState)
 
 
 # --- decisions -----------------------------------------------------------------------------------
@@ -134,6 +170,16 @@ def test_decision_vocabulary(approved: bool, reason: str | None, decision: Decis
 
 def test_decision_approved_flag() -> None:
     assert {d for d in Decision if d.approved} == {Decision.ALLOW_ONCE, Decision.ALLOW_ALWAYS}
+
+
+def test_decision_permission_is_the_one_mapping() -> None:
+    assert {d: d.permission for d in Decision} == {
+        Decision.ALLOW_ONCE: None,
+        Decision.ALLOW_ALWAYS: Permission.ALWAYS,
+        Decision.DENY: None,
+        Decision.DENY_AND_STOP: None,
+        Decision.DENY_NEVER: Permission.NEVER,
+    }
 
 
 def test_result_texts() -> None:
@@ -209,19 +255,16 @@ def test_respond_sets_standing_permissions(decision: Decision, permission: Permi
     assert book.permission("other") is None
 
 
-def test_settle_expired_pending_and_abandon() -> None:
+def test_fire_pending_and_abandon() -> None:
     book = issued_book(("c1", "pay", "a1"), ("c2", "pay", "a2"))
     book.track("c3", "b_tool", browser=True)
     assert {r.tool_call_id for r in book.awaiting_approval()} == {"c1", "c2"}
     assert {r.tool_call_id for r in book.pending()} == {"c1", "c2", "c3"}
-    assert book.expired(now=100.5, timeout_s=1.0) == []
-    assert {r.tool_call_id for r in book.expired(now=101.0, timeout_s=1.0)} == {"c1", "c2"}
-    assert book.expired(now=10_000.0, timeout_s=0) == []  # 0 disables the timeout
 
     book.respond("a1", "c1", Decision.ALLOW_ONCE)
-    assert book.settle("c1", CallEvent.OUTPUT).state is CallState.OUTPUT_AVAILABLE
+    assert book.fire("c1", CallEvent.OUTPUT).state is CallState.OUTPUT_AVAILABLE
     with pytest.raises(InvalidTransition):
-        book.settle("c1", CallEvent.DENY)
+        book.fire("c1", CallEvent.DENY)
     assert book.calls["c1"].state is CallState.OUTPUT_AVAILABLE
 
     abandoned = book.abandon_all()
@@ -235,7 +278,7 @@ def test_round_trip_through_json() -> None:
     book.track("c3", "b_loc", browser=True)
     book.respond("a1", "c1", Decision.ALLOW_ALWAYS)
     book.respond("a2", "c2", Decision.DENY_NEVER)
-    book.settle("c2", CallEvent.DENY)
+    book.fire("c2", CallEvent.DENY)
     state = json.loads(json.dumps(book.to_state()))  # plain JSON, as stored in session state
     restored = ApprovalBook.from_state(state)
     assert restored == book
@@ -248,7 +291,7 @@ def test_to_state_keeps_pending_and_the_latest_answered() -> None:
     book = ApprovalBook()
     for n in range(MAX_ANSWERED_KEPT + 20):
         book.track(f"c{n}", "t", browser=False)
-        book.settle(f"c{n}", CallEvent.OUTPUT)
+        book.fire(f"c{n}", CallEvent.OUTPUT)
     book.track("open", "t", browser=False)
     restored = ApprovalBook.from_state(book.to_state())
     assert "open" in restored.calls
@@ -360,10 +403,10 @@ class ApprovalBookMachine(RuleBasedStateMachine):
         target = TRANSITIONS[rec.state].get(event)
         if target is None:
             with pytest.raises(InvalidTransition):
-                self.book.settle(call_id, event)
+                self.book.fire(call_id, event)
             assert self.book.calls[call_id] == rec
         else:
-            assert self.book.settle(call_id, event).state is target
+            assert self.book.fire(call_id, event).state is target
 
     @rule()
     def abandon(self) -> None:
