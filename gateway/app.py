@@ -1,10 +1,18 @@
-"""The app factory: routes, middlewares, and the process lifetime (cleanup_ctx / on_shutdown)."""
+"""The app factory: routes, middlewares, and the process lifetime (cleanup_ctx / on_shutdown).
+
+The services the transports serve from are built by `build_services` (also what tests use to
+run chats in memory, without an app). Shutdown and cleanup run every step even after one fails
+(`run_steps`): each failure is logged, and once the app's cleanup has run they are raised
+together, so a failed step neither hides the others' failures nor keeps a later step from
+running.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -13,15 +21,16 @@ from aiohttp import WSCloseCode, web
 from agents.adk import AgentHost, load_agent, session_service_from_uri
 from gateway.config import Settings
 from gateway.core.errors import GatewayError, OriginRefused, ServiceUnavailable, Unauthorized, UnsupportedMediaType
-from gateway.keys import AUTH, DRAINING, HOST, IDENTITY, METRICS, REGISTRY, SERVICE, SETTINGS, SOCKETS
+from gateway.keys import AUTH, DRAINING, HOST, IDENTITY, METRICS, REGISTRY, SERVICE, SETTINGS, SHUTDOWN_ERRORS
 from gateway.metrics import Metrics
 from gateway.services.auth import AnonymousAuth, Identity, bearer_token, build_authenticator, redact
 from gateway.services.chat import ChatService
 from gateway.services.leases import leases_for
 from gateway.services.registry import Limits, Registry
 from gateway.services.streams import MemoryStreamStore, StreamStore
+from gateway.tracing import server_spans, tracing_enabled
 
-__all__ = ["make_app"]
+__all__ = ["Services", "build_services", "make_app", "run_steps"]
 
 log = structlog.get_logger("gateway.app")
 
@@ -42,50 +51,109 @@ def _stream_store(settings: Settings) -> StreamStore:
     return MemoryStreamStore(retention_s=settings.resume_retention_s, max_bytes=settings.stream_buffer_bytes)
 
 
-async def _agent_context(app: web.Application) -> AsyncIterator[None]:
-    settings = app[SETTINGS]
-    if HOST not in app:
+Step = tuple[str, Callable[[], Awaitable[object]]]
+
+
+async def run_steps(*steps: Step) -> list[Exception]:
+    """Runs every step in order, also after one has failed; logs each failure and returns them.
+    A cancellation is not a failure: it stops the steps at once."""
+    errors: list[Exception] = []
+    for name, step in steps:
+        try:
+            await step()
+        except Exception as exc:
+            log.error("step_failed", step=name, error=repr(exc), exc_info=exc)
+            errors.append(exc)
+    return errors
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What the transports serve from, built once per process (`build_services`)."""
+
+    settings: Settings
+    metrics: Metrics
+    host: AgentHost
+    registry: Registry
+    streams: StreamStore
+    chat: ChatService
+
+    def closing_steps(self) -> list[Step]:
+        """How they are closed, in order: every run stopped, then the stores, then the agent."""
+        return [
+            ("stop runs", self.registry.aclose),
+            ("close leases", self.registry.leases.aclose),
+            ("close stream store", self.streams.aclose),
+            ("close agent host", self.host.aclose),
+        ]
+
+    async def aclose(self) -> None:
+        """Closes them all (`closing_steps`); raises an ExceptionGroup of every step that failed."""
+        if errors := await run_steps(*self.closing_steps()):
+            raise ExceptionGroup("closing the services failed", errors)
+
+
+def build_services(settings: Settings, *, host: AgentHost | None = None, metrics: Metrics | None = None) -> Services:
+    """The agent host (the settings' agent unless one is given), the registry, the stream store
+    and the chat service, wired together."""
+    metrics = metrics or Metrics()
+    if host is None:
         agent = load_agent(settings.agent, settings.effective_model())
         store = session_service_from_uri(settings.session_store, memory_ttl_s=settings.memory_ttl_s,
                                          memory_max_chats=settings.memory_max_chats)
-        app[HOST] = AgentHost(agent, store, max_llm_calls=settings.max_llm_calls)
-    host = app[HOST]
+        host = AgentHost(agent, store, max_llm_calls=settings.max_llm_calls)
     registry = Registry(detach_on_disconnect=settings.detach_on_disconnect,
                         busy_grace_s=settings.busy_grace_ms / 1000,
-                        limits=Limits.from_settings(settings), metrics=app[METRICS],
+                        limits=Limits.from_settings(settings), metrics=metrics,
                         leases=leases_for(settings.session_store, settings.stream_store))
     host.configure(model_timeout_s=settings.model_timeout_s, tool_timeout_s=settings.tool_timeout_s,
                    store_timeout_s=settings.store_timeout_s, cancel_timeout_s=settings.cancel_timeout_s,
-                   metrics=app[METRICS], busy=lambda user, chat: registry.active_run((user, chat)) is not None)
+                   metrics=metrics, busy=lambda user, chat: registry.active_run((user, chat)) is not None)
     streams = _stream_store(settings)
     streams.listen_for_stops(registry.stop_soon)
-    app[REGISTRY] = registry
-    app[SERVICE] = ChatService(host, registry, streams, approval_timeout_s=settings.approval_timeout_s,
-                               stream_max_bytes=settings.stream_buffer_bytes, max_json_depth=settings.max_json_depth,
-                               metrics=app[METRICS])
-    log.info("agent_ready", app_name=host.app_name, model=settings.effective_model(),
+    chat = ChatService(host, registry, streams, approval_timeout_s=settings.approval_timeout_s,
+                       stream_max_bytes=settings.stream_buffer_bytes, max_json_depth=settings.max_json_depth,
+                       metrics=metrics)
+    return Services(settings=settings, metrics=metrics, host=host, registry=registry, streams=streams, chat=chat)
+
+
+async def _agent_context(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    services = build_services(settings, host=app.get(HOST), metrics=app[METRICS])
+    app[HOST] = services.host
+    app[REGISTRY] = services.registry
+    app[SERVICE] = services.chat
+    log.info("agent_ready", app_name=services.host.app_name, model=settings.effective_model(),
              session_store=settings.session_store.split("://")[0])
     try:
         yield
     finally:
-        await registry.aclose()
-        await registry.leases.aclose()
-        await streams.aclose()
-        await host.aclose()
-        await app[AUTH].aclose()
+        errors = await run_steps(*services.closing_steps(), ("close authenticator", app[AUTH].aclose))
+        # The drain's failures too: a failing `on_shutdown` handler would keep aiohttp from
+        # running this cleanup at all, so the drain only records them.
+        errors = [*app[SHUTDOWN_ERRORS], *errors]
+        if errors:
+            raise ExceptionGroup("shutting down failed", errors)
 
 
 async def _drain(app: web.Application) -> None:
     """SIGTERM (aiohttp has already stopped accepting connections): new runs are refused with 503,
     running ones — detached ones included — get `--shutdown-timeout-s` to finish; then every run
     left is stopped (its stream ends with `abort` and `[DONE]`, its `end` frame is sent, its
-    approval book saved), and every socket is closed with 1001."""
+    approval book saved), and every socket is closed with 1001.
+
+    Every step runs even when one before it failed; the failures are logged and raised at the end
+    of the app's cleanup (`_agent_context`)."""
     app[DRAINING].set()
     settings = app[SETTINGS]
-    if REGISTRY in app:
-        registry = app[REGISTRY]
-        runs = [run for run in registry.runs.values() if run.active]
-        log.info("drain_started", runs=len(runs), sockets=len(app[SOCKETS]), timeout_s=settings.shutdown_timeout_s)
+    if REGISTRY not in app:
+        return
+    registry = app[REGISTRY]
+    runs = [run for run in registry.runs.values() if run.active]
+    log.info("drain_started", runs=len(runs), sockets=len(registry.sockets(web.WebSocketResponse)),
+             timeout_s=settings.shutdown_timeout_s)
+
+    async def let_runs_finish() -> None:
         if runs:
             waiters = [asyncio.ensure_future(run.done.wait()) for run in runs]
             _, late = await asyncio.wait(waiters, timeout=settings.shutdown_timeout_s)
@@ -93,20 +161,37 @@ async def _drain(app: web.Application) -> None:
                 waiter.cancel()
             app[METRICS].drained_runs.labels(outcome="stopped").inc(len(late))
             app[METRICS].drained_runs.labels(outcome="finished").inc(len(runs) - len(late))
-        await registry.aclose()
+
+    async def end_resumes() -> None:
         if SERVICE in app:
             app[SERVICE].streams.end_resumes()  # resumes of runs on other instances end too
-        # Let the deliveries write what the stopped runs ended with (abort, `end` frames).
+
+    async def let_deliveries_write() -> None:
+        # What the stopped runs ended with (abort, `end` frames) reaches their clients.
         deliveries = [task for conn in list(registry.connections.values()) for task in conn.deliveries]
         if deliveries:
             await asyncio.wait(deliveries, timeout=1.0)
-    open_sockets: set[web.WebSocketResponse] = app[SOCKETS]
-    sockets = list(open_sockets)
-    await asyncio.gather(
-        *(ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown") for ws in sockets),
-        return_exceptions=True,
-    )
-    log.info("drain_done", sockets_closed=len(sockets))
+
+    closed: list[web.WebSocketResponse] = []
+
+    async def close_sockets() -> None:
+        closed.extend(registry.sockets(web.WebSocketResponse))  # the ones still open now
+        results = await asyncio.gather(
+            *(ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown") for ws in closed),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, Exception):
+                log.info("socket_close_failed", error=repr(result))  # already gone: nothing to tell
+
+    app[SHUTDOWN_ERRORS].extend(await run_steps(
+        ("let runs finish", let_runs_finish),
+        ("stop runs", registry.aclose),
+        ("end resumes", end_resumes),
+        ("let deliveries write", let_deliveries_write),
+        ("close sockets", close_sockets),
+    ))
+    log.info("drain_done", sockets_closed=len(closed))
 
 
 @web.middleware
@@ -210,7 +295,7 @@ def identity_of(request: web.Request) -> Identity:
     return request[IDENTITY]
 
 
-CORS_ALLOW_HEADERS = "content-type, x-user-id, x-ai-sdk-major, x-request-id, authorization"
+CORS_ALLOW_HEADERS = "content-type, x-user-id, x-ai-sdk-major, x-request-id, authorization, traceparent, tracestate"
 CORS_EXPOSE_HEADERS = "x-vercel-ai-ui-message-stream"
 
 
@@ -292,7 +377,12 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def _web_dir(settings: Settings) -> Path:
-    return Path(settings.web_dir) if settings.web_dir else ROOT / "web" / "dist"
+    """The built chat page: --web-dir; else a checkout's web/dist (`make run` builds it there);
+    else the copy an installed wheel carries (gateway/page, made by deploy/packaging/backend.py)."""
+    if settings.web_dir:
+        return Path(settings.web_dir)
+    checkout = ROOT / "web" / "dist"
+    return checkout if (checkout / "index.html").is_file() else Path(__file__).resolve().parent / "page"
 
 
 def make_app(settings: Settings | None = None, *, host: AgentHost | None = None) -> web.Application:
@@ -301,12 +391,13 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
     from transports.websocket import chat_socket
 
     settings = settings or Settings()
-    app = web.Application(middlewares=[_door],
-                          client_max_size=settings.max_body_bytes + 1024)
+    # A server span per request, around everything else, when a tracer provider is installed.
+    middlewares = [server_spans, _door] if tracing_enabled() else [_door]
+    app = web.Application(middlewares=middlewares, client_max_size=settings.max_body_bytes + 1024)
     app[SETTINGS] = settings
     app[AUTH] = build_authenticator(settings)
     app[METRICS] = Metrics()
-    app[SOCKETS] = set()
+    app[SHUTDOWN_ERRORS] = []
     app[DRAINING] = asyncio.Event()
     if host is not None:
         app[HOST] = host

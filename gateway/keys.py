@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from gateway.services.chat import ChatService
     from gateway.services.registry import Registry
 
-__all__ = ["AUTH", "DRAINING", "HOST", "IDENTITY", "METRICS", "REGISTRY", "SERVICE", "SETTINGS", "SOCKETS"]
+__all__ = ["AUTH", "DRAINING", "HOST", "IDENTITY", "METRICS", "REGISTRY", "SERVICE", "SETTINGS", "SHUTDOWN_ERRORS"]
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
@@ -23,6 +23,7 @@ HOST: web.AppKey[AgentHost] = web.AppKey("agent_host")
 REGISTRY: web.AppKey[Registry] = web.AppKey("registry")
 SERVICE: web.AppKey[ChatService] = web.AppKey("chat_service")
 DRAINING: web.AppKey[asyncio.Event] = web.AppKey("draining")  # set at SIGTERM
-SOCKETS: web.AppKey[set[web.WebSocketResponse]] = web.AppKey("sockets")
+# What failed while draining (on_shutdown), raised with the cleanup's own failures at the end.
+SHUTDOWN_ERRORS: web.AppKey[list[Exception]] = web.AppKey("shutdown_errors")
 AUTH: web.AppKey[Authenticator] = web.AppKey("authenticator")
 IDENTITY: web.RequestKey[Identity] = web.RequestKey("identity")

@@ -1,6 +1,6 @@
 """Transports: how chunks reach clients (SSE, WebSocket, in-memory)."""
 
 from transports.base import Transport, deliver
-from transports.memory import MemoryTransport
+from transports.memory import MemoryClient, MemoryResponse, MemoryTransport
 
-__all__ = ["MemoryTransport", "Transport", "deliver"]
+__all__ = ["MemoryClient", "MemoryResponse", "MemoryTransport", "Transport", "deliver"]

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any, Final
 import structlog
 
 from gateway.core import encoding
-from gateway.core.chunks import V6_FINISH_REASONS
+from gateway.core.chunks import ADAPTED_FOR_V6, adapt_wire
 from gateway.core.errors import GatewayError, SlowReader
 from gateway.services.streams import Follower, FollowerOverrun, LogEntry
 
@@ -89,24 +89,10 @@ CUT_TIMEOUT_S: Final = 2.0
 # 64 KiB of buffered output anyway, so a larger write would only copy more at once.
 MAX_BATCH_BYTES: Final = 64 * 1024
 
-# The only chunk types an `ai` 6 client needs changed (see `adapt_wire`).
-_V6_ADAPTED: Final = frozenset({"tool-approval-response", "finish"})
-
-
-def adapt_wire(wire: dict[str, Any], major: int) -> dict[str, Any] | None:
-    """Adapts a stored (v7-set) chunk to the client's `ai` major version; None: do not send."""
-    if major >= 7:
-        return wire
-    if wire.get("type") == "tool-approval-response":
-        return None
-    if wire.get("type") == "finish" and wire.get("finishReason") not in (None, *V6_FINISH_REASONS):
-        return {**wire, "finishReason": "stop"}
-    return wire
-
-
 def adapt_entry(entry: LogEntry, major: int) -> bytes | None:
-    """A logged chunk's JSON for this client: the logged bytes unless they need adapting; None: skip."""
-    if major >= 7 or entry.kind not in _V6_ADAPTED:
+    """A logged chunk's JSON for this client (`chunks.adapt_wire`, the one adapter): the logged
+    bytes unless they need adapting; None: skip."""
+    if major >= 7 or entry.kind not in ADAPTED_FOR_V6:
         return entry.data
     wire = entry.wire()
     adapted = adapt_wire(wire, major)
@@ -127,19 +113,21 @@ class Transport(abc.ABC):
         """Starts the response (headers, or a `start` frame)."""
 
     @abc.abstractmethod
-    async def send(self, sequence: int, chunk: dict[str, Any]) -> None:
-        """Sends one chunk (already adapted to the client's version)."""
+    async def send(self, chunk: dict[str, Any]) -> None:
+        """Sends one chunk (already adapted to the client's version). A transport whose frames
+        carry a number (the WebSocket's `sequence`) keeps its own count: what it numbers is what
+        it sent, not the log's positions (a chunk an `ai` 6 client does not get leaves no gap)."""
 
-    async def send_encoded(self, sequence: int, chunk: bytes) -> None:
+    async def send_encoded(self, chunk: bytes) -> None:
         """Sends one chunk given as its JSON (`encoding.chunk_json`); transports that can write
         those bytes as they are override this."""
-        await self.send(sequence, json.loads(chunk))
+        await self.send(json.loads(chunk))
 
     async def send_entry(self, entry: LogEntry) -> None:
         """Sends one logged chunk, adapted to the client's version."""
         data = adapt_entry(entry, self.major)
         if data is not None:
-            await self.send_encoded(entry.sequence, data)
+            await self.send_encoded(data)
 
     async def send_entries(self, entries: Iterable[LogEntry]) -> None:
         """Sends logged chunks that were waiting together, adapted to the client's version.
@@ -163,7 +151,7 @@ class Transport(abc.ABC):
     async def abort(self, error: GatewayError) -> None:
         """Ends a response that was cut (`error`), as well as the connection still allows: by
         default with an `error` chunk."""
-        await self.send(-1, {"type": "error", "errorText": error.message})
+        await self.send({"type": "error", "errorText": error.message})
 
 
 class SlowReaderGuard:

@@ -14,6 +14,9 @@ started. See docs/perf/memory-per-connection.md.
 Slow readers: each response has a `SlowReaderGuard` (transports.base). A cut response gets an
 `error` chunk and `[DONE]` if they can still be written in time, then its connection is closed
 (or aborted, when it cannot flush); the handler returns and the run stops as on a disconnect.
+
+The steps that do not depend on HTTP (reading the body, refusing, answering with the run's log,
+stopping) are `transports.handling`'s, shared with the in-memory client (transports.memory).
 """
 
 from __future__ import annotations
@@ -25,18 +28,18 @@ from typing import Any
 
 import structlog
 from aiohttp import web
-from pydantic import ValidationError
 
 from gateway import logs
-from gateway.core import encoding, jsonparse
-from gateway.core.errors import BadRequest, GatewayError, HistoryTooLong, LimitReached, PayloadTooLarge, SlowReader
-from gateway.core.requests import ChatRequest, describe, message_count, validate_chat_request
+from gateway.core import encoding
+from gateway.core.errors import GatewayError, PayloadTooLarge
+from gateway.core.requests import ChatRequest
 from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS
 from gateway.services.auth import AnonymousAuth
 from gateway.services.chat import RequestContext
 from gateway.services.registry import ChatRun, Connection
 from gateway.services.streams import LogEntry
-from transports.base import SlowReaderGuard, Transport, adapt_entry, deliver, stop_runs
+from transports.base import SlowReaderGuard, Transport, adapt_entry, stop_runs
+from transports.handling import client_major, read_chat_request, refused, respond, stop_chat
 
 __all__ = ["SSETransport", "caller_of", "chat_post", "chat_resume", "chat_stop", "client_major", "slow_reader_guard"]
 
@@ -66,10 +69,10 @@ class SSETransport(Transport):
         # Flush headers and a first byte at once, so proxies and clients see the stream open.
         await self._write(encoding.SSE_OPEN)
 
-    async def send(self, sequence: int, chunk: dict[str, Any]) -> None:
+    async def send(self, chunk: dict[str, Any]) -> None:
         await self._write(encoding.sse_event(chunk))
 
-    async def send_encoded(self, sequence: int, chunk: bytes) -> None:
+    async def send_encoded(self, chunk: bytes) -> None:
         await self._write(encoding.sse_data(chunk))
 
     async def send_entries(self, entries: Iterable[LogEntry]) -> None:
@@ -120,11 +123,6 @@ def slow_reader_guard(request: web.Request, user_id: str, conn: Connection | Non
     )
 
 
-def client_major(headers: Any) -> int:
-    raw = str(headers.get("x-ai-sdk-major", "6")).strip()
-    return 7 if raw.startswith("7") else 6
-
-
 def caller_of(request: web.Request, body: dict[str, Any] | None = None) -> str:
     """The user a request acts as: the authenticated identity; with `--auth none`, who it claims
     to be (the user header, else a `userId` body field)."""
@@ -138,11 +136,11 @@ def error_response(error: GatewayError) -> web.Response:
     return web.json_response(error.body(), status=error.status, headers=error.headers())
 
 
-async def _read_body(request: web.Request, limit: int) -> ChatRequest:
-    """The request's `ChatRequest`: size, JSON depth (`--max-json-depth`) and history length
-    (`--max-history-messages`) are checked before anything is validated; a large body is checked
-    and validated in slices that give the event loop back (see `gateway.core.jsonparse`)."""
+async def _read_body(request: web.Request) -> ChatRequest:
+    """The request's `ChatRequest` (`handling.read_chat_request`); a body over the limit is refused
+    as soon as its announced length or the bytes read pass it, before it is all read."""
     settings = request.app[SETTINGS]
+    limit = settings.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge()
     raw = bytearray()
@@ -150,26 +148,13 @@ async def _read_body(request: web.Request, limit: int) -> ChatRequest:
         raw += piece
         if len(raw) > limit:
             raise PayloadTooLarge()
-    try:
-        data = await jsonparse.loads_async(raw, max_depth=settings.max_json_depth)
-    except jsonparse.JsonRejected as exc:
-        raise BadRequest(exc.message, code="invalid_json", detail=exc.reason) from None
-    if not isinstance(data, dict):
-        raise BadRequest("The body must be a JSON object.", code="invalid_body")
-    count = message_count(data)
-    if count > settings.max_history_messages:
-        raise HistoryTooLong(f"The chat history has {count} messages; at most "
-                             f"{settings.max_history_messages} are accepted.")
-    try:
-        return await validate_chat_request(data)
-    except ValidationError as exc:
-        raise BadRequest(describe(exc), code="invalid_body") from None
+    return await read_chat_request(raw, settings)
 
 
 async def _start_run(request: web.Request, request_id: str, conn: Connection) -> tuple[ChatRun, RequestContext]:
     """Reads the body and starts its run (a `GatewayError` before anything streams). A frame of
     its own, so that the parsed body is let go once the run has started."""
-    body = await _read_body(request, request.app[SETTINGS].max_body_bytes)
+    body = await _read_body(request)
     ctx = RequestContext(user_id=caller_of(request, body.model_extra), request_id=request_id,
                          major=client_major(request.headers))
     structlog.contextvars.bind_contextvars(chat_id=body.id)
@@ -189,24 +174,15 @@ async def chat_post(request: web.Request) -> web.StreamResponse:
             try:
                 run, ctx = await _start_run(request, request_id, conn)
             except GatewayError as exc:
-                service.metrics.request_errors.labels(code=exc.error_code).inc()
-                if not isinstance(exc, LimitReached):  # a cap's refusal was logged where it was decided
-                    log.info("request_refused", code=exc.error_code, status=exc.status, detail=exc.detail)
+                refused(service.metrics, exc)
                 return error_response(exc)
             # Attached before the next await, so the log keeps every chunk of the run for us.
             guard = slow_reader_guard(request, ctx.user_id, conn)
+            transport = SSETransport(request, ctx.major, guard)
             with run.log.attach(0, budget=guard.max_pending_bytes) as follower:
-                transport = SSETransport(request, ctx.major, guard)
-                try:
-                    await transport.open()
-                    await deliver(follower, transport, keepalive_s=settings.keepalive_s, guard=guard)
-                except SlowReader:
-                    pass  # counted and logged by the guard; leaving the connection stops the run
-                except ConnectionError:
-                    pass  # the client left mid-write; leaving the connection stops the run
-                finally:
-                    guard.close()
-            return transport.response
+                await respond(follower, transport, keepalive_s=settings.keepalive_s, guard=guard)
+        # Also when the connection ended because a task of its own failed (it spawns none today).
+        return transport.response
     finally:
         logs.unbind("request_id", log_token)
 
@@ -220,30 +196,13 @@ async def chat_resume(request: web.Request) -> web.StreamResponse:
     if stream_log is None:
         return web.Response(status=204)
     guard = slow_reader_guard(request, user_id)
+    transport = SSETransport(request, client_major(request.headers), guard)
     with stream_log.attach(0, replay=True, budget=guard.max_pending_bytes) as follower:
         async with service.registry.connection("sse-resume"):
-            transport = SSETransport(request, client_major(request.headers), guard)
-            try:
-                await transport.open()
-                await deliver(follower, transport, keepalive_s=settings.keepalive_s, guard=guard)
-            except SlowReader:
-                pass  # counted and logged by the guard
-            except ConnectionError:
-                pass  # the client left mid-write
-            finally:
-                guard.close()
-            return transport.response
+            await respond(follower, transport, keepalive_s=settings.keepalive_s, guard=guard)
+    return transport.response
 
 
 async def chat_stop(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    chat_id = request.match_info["chat_id"]
-    user_id = caller_of(request)
-    stopped = await service.registry.stop((user_id, chat_id))
-    if stopped:
-        log.info("chat_stop", chat_id=chat_id, stopped=True)
-        return web.json_response({"stopped": True})
-    # Not running here: the process running it (if any) hears it through the stream store.
-    heard = await service.streams.broadcast_stop((user_id, chat_id))
-    log.info("chat_stop", chat_id=chat_id, stopped=False, forwarded_to=heard)
-    return web.json_response({"stopped": False, "forwarded": True} if heard else {"stopped": False})
+    answer = await stop_chat(request.app[SERVICE], (caller_of(request), request.match_info["chat_id"]))
+    return web.json_response(answer)

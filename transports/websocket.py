@@ -7,9 +7,11 @@ Frames out: `start`, `chunk{requestId, sequence}`, `end`, `error{requestId, erro
 How it works: one `SocketSession` per socket reads frames in the handler's task. Each `send`
 plans and starts a run through the chat service (the same path as SSE) and spawns a delivery task
 owned by the socket's registry connection; each `resume` spawns a delivery from the chat's
-stream log. When the socket closes — by the client, a failed heartbeat, or shutdown — leaving
-the registry connection stops every run it started (unless runs detach on disconnect), ends a
-live session, and cancels and awaits every delivery task.
+stream log. A `live-start` opens a live session with one service call (`start_live`), whose log
+is delivered the same way; the socket only passes the session its frames and audio. When the
+socket closes — by the client, a failed heartbeat, or shutdown — leaving the registry connection
+stops every run it started (unless runs detach on disconnect), ends a live session, and cancels
+and awaits every delivery task.
 
 Writes: chunks already waiting in a request's log go out back to back under one hold of the
 socket, one frame each (see `transports.base`, "Writes are coalesced").
@@ -46,35 +48,31 @@ from pydantic import ValidationError
 
 from gateway import logs
 from gateway.core import encoding, jsonparse
-from gateway.core.approval import ApprovalRefused
 from gateway.core.errors import GatewayError, HistoryTooLong, LimitReached, OriginRefused, SlowReader, Unauthorized
 from gateway.core.requests import (
     LIVE_FRAME_TYPES,
     AbortFrame,
     ClientFrame,
-    LiveApprovalFrame,
-    LiveControlFrame,
     LiveImageFrame,
     LiveStartFrame,
-    LiveTextFrame,
-    LiveToolOutputFrame,
     ResumeFrame,
     SendFrame,
     message_count,
     validate_frame,
 )
-from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS, SOCKETS
+from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS
 from gateway.services.auth import bearer_token, redact
 from gateway.services.chat import RequestContext
+from gateway.services.live import LiveFrame, LiveHandle, LiveOptions, start_live
 from gateway.services.registry import ChatRun, Connection, SendVerdict
-from gateway.services.streams import LogEntry, StreamLog
+from gateway.services.streams import Follower, LogEntry, StreamLog
+from gateway.tracing import frame_span
 from transports.base import SlowReaderGuard, Transport, adapt_entry, deliver, stop_runs
 from transports.sse import caller_of, client_major
 
 if TYPE_CHECKING:
     from gateway.config import Settings
     from gateway.services.chat import ChatService
-    from gateway.services.live import LiveSession
 
 __all__ = ["SocketSession", "WebSocketRequestTransport", "chat_socket", "origin_allowed"]
 
@@ -100,13 +98,13 @@ class WebSocketRequestTransport(Transport):
     async def open(self) -> None:
         await self.socket.send(encoding.ws_start(self.request_id))
 
-    async def send(self, sequence: int, chunk: dict[str, Any]) -> None:
+    async def send(self, chunk: dict[str, Any]) -> None:
         # Number chunks per request as sent (not as logged): a client sees no gap even when a
         # chunk was dropped for an ai 6 client.
         await self.socket.send(encoding.ws_chunk(self.request_id, self.sequence, chunk))
         self.sequence += 1
 
-    async def send_encoded(self, sequence: int, chunk: bytes) -> None:
+    async def send_encoded(self, chunk: bytes) -> None:
         await self.socket.send_frame(encoding.ws_chunk_encoded(self.request_id, self.sequence, chunk))
         self.sequence += 1
 
@@ -151,7 +149,7 @@ class SocketSession:
     """One socket's requests; see the module docstring."""
 
     __slots__ = ("_send_lock", "_slow_close", "bad_frames", "conn", "deliveries", "guard", "http_request", "live",
-                 "live_request_id", "live_sequence", "runs", "service", "settings", "user_id", "ws")
+                 "live_request_id", "runs", "service", "settings", "user_id", "ws")
 
     def __init__(
         self,
@@ -171,9 +169,8 @@ class SocketSession:
         self.http_request = request
         self.deliveries: dict[str, asyncio.Task[Any]] = {}
         self.runs: dict[str, ChatRun] = {}
-        self.live: LiveSession | None = None
+        self.live: LiveHandle | None = None
         self.live_request_id: str | None = None
-        self.live_sequence = 0
         self.bad_frames = 0
         self._send_lock: asyncio.Lock | None = None  # created by the first frame sent
         connection = request.transport
@@ -343,7 +340,7 @@ class SocketSession:
 
     async def _refuse_duplicate(self, request_id: str) -> bool:
         """Refuses a `send` or `resume` whose requestId names a response still running on this socket."""
-        if request_id not in self.deliveries and request_id != self.live_request_id:
+        if request_id not in self.deliveries and (self._live() is None or request_id != self.live_request_id):
             return False
         await self._bad_frame(request_id, "This requestId is already in use.", "duplicate_request", "duplicate")
         return True
@@ -363,7 +360,9 @@ class SocketSession:
         if ctx is None:
             return
         try:
-            run = await self.service.start(frame.chat_request(), ctx, self.conn)
+            # The run starts inside the frame's span: its spans join the client's trace.
+            with frame_span("chat send", frame.headers, **{"gateway.request_id": frame.requestId}):
+                run = await self.service.start(frame.chat_request(), ctx, self.conn)
         except ValidationError as exc:
             await self._bad_frame(frame.requestId, f"Invalid send frame: {exc.errors()[0]['msg']}.",
                                   "invalid_frame", "invalid_fields")
@@ -403,131 +402,93 @@ class SocketSession:
             return
         # Attached now, before any await, so the log keeps every chunk from `start` for us.
         follower = source.attach(start, replay=stream_log is not None, budget=self.guard.max_pending_bytes)
-
-        async def delivery() -> None:
-            try:
-                await transport.open()
-                await deliver(follower, transport, keepalive_s=None, guard=self.guard)
-            except SlowReader:
-                pass  # the socket is closing with 4008; the guard counted and logged the cut
-            finally:
-                follower.detach()
-                self.deliveries.pop(request_id, None)
-                self.runs.pop(request_id, None)
-
-        task = self.conn.spawn(delivery(), f"deliver:{request_id}", delivery=True)
+        task = self.conn.spawn(self._delivery(request_id, follower, transport), f"deliver:{request_id}",
+                               delivery=True)
         task.add_done_callback(lambda _task: follower.detach())  # also when cancelled before it ran
         self.deliveries[request_id] = task
+
+    async def _delivery(self, request_id: str, follower: Follower, transport: WebSocketRequestTransport) -> None:
+        """One request's response: `start`, its log's chunks, `end`."""
+        try:
+            await transport.open()
+            await deliver(follower, transport, keepalive_s=None, guard=self.guard)
+        except SlowReader:
+            pass  # the socket is closing with 4008; the guard counted and logged the cut
+        finally:
+            follower.detach()
+            self.deliveries.pop(request_id, None)
+            self.runs.pop(request_id, None)
 
     async def _on_abort(self, frame: AbortFrame) -> None:
         run = self.runs.get(frame.requestId)
         if run is not None:
             log.info("abort", request_id=frame.requestId, chat_id=run.key[1])
             await run.stop()
-        elif frame.requestId == self.live_request_id and self.live is not None:
-            self.live.stop()
+        elif (live := self._live()) is not None and frame.requestId == self.live_request_id:
+            live.session.stop()
 
     # --- live extension --------------------------------------------------------------------
-
-    async def _emit_live(self, request_id: str, wire: dict[str, Any]) -> None:
-        await self.send(encoding.ws_chunk(request_id, self.live_sequence, wire))
-        self.live_sequence += 1
 
     async def _on_live(self, frame: ClientFrame) -> None:
         if isinstance(frame, LiveStartFrame):
             await self._start_live(frame)
             return
-        live = self.live
+        live = self._live()
         if live is None or frame.requestId != self.live_request_id:
             await self._bad_frame(frame.requestId, "No live session with this requestId.", "no_live_session",
                                   "no_live")
             return
-        try:
-            if isinstance(frame, LiveTextFrame):
-                live.send_text(frame.text)
-            elif isinstance(frame, LiveImageFrame):
-                try:
-                    data = base64.b64decode(frame.data, validate=True)
-                except (binascii.Error, ValueError):
-                    await self._bad_frame(frame.requestId, "live-image data is not base64.", "invalid_frame",
-                                          "invalid_fields")
-                    return
-                live.send_image(frame.mediaType, data)
-            elif isinstance(frame, LiveApprovalFrame):
-                live.answer_approval(frame.approvalId, frame.approved, frame.reason)
-            elif isinstance(frame, LiveToolOutputFrame):
-                live.tool_output(frame.toolCallId, frame.output, frame.errorText)
-            elif isinstance(frame, LiveControlFrame):
-                if frame.type == "live-activity-start":
-                    live.activity_start()
-                elif frame.type == "live-activity-end":
-                    live.activity_end()
-                elif frame.type == "live-interrupt":
-                    live.interrupt()
-                else:
-                    live.stop()
-        except ApprovalRefused as exc:
-            self.service.metrics.approvals_refused.inc()
-            await self.send(encoding.ws_error(frame.requestId, "This approval was not issued for this live "
-                                              "session, or was already answered.", "approval_invalid"))
-            log.warning("approval_refused", approval_id=exc.approval_id, reason=exc.reason)
+        if isinstance(frame, LiveImageFrame):
+            try:
+                data = base64.b64decode(frame.data, validate=True)
+            except (binascii.Error, ValueError):
+                await self._bad_frame(frame.requestId, "live-image data is not base64.", "invalid_frame",
+                                      "invalid_fields")
+                return
+            live.session.send_image(frame.mediaType, data)
+        elif isinstance(frame, LiveFrame):
+            live.session.apply(frame)
 
     async def _start_live(self, frame: LiveStartFrame) -> None:
-        if self.live is not None:
+        if self._live() is not None:
             await self._bad_frame(frame.requestId, "A live session is already open on this socket.",
                                   "live_busy", "live_busy")
             return
-        from gateway.services.live import LiveSession
-
         ctx = await self._context(frame.headers, frame.requestId)
         if ctx is None:
             return
         request_id = frame.requestId
-        # A live session holds its chat like a run: one answerer per chat at a time.
-        key = (ctx.user_id, frame.id)
-        try:
-            run = await self.service.registry.claim(key, self.conn, StreamLog(key=key, max_bytes=1024), live=True)
-        except GatewayError as exc:
-            # Over `--max-live-sessions` too: an `error` frame `overloaded` for this request, not a
-            # 1013 close, which would also end every other request on the socket.
-            await self.send(encoding.ws_error(request_id, exc.message, exc.error_code))
-            return
-        run.detached = False  # a live session never outlives its socket
+        transport = WebSocketRequestTransport(self, request_id, ctx.major)
 
-        async def emit(wire: dict[str, Any]) -> None:
-            await self._emit_live(request_id, wire)
+        async def deliver_live(stream_log: StreamLog) -> None:
+            follower = stream_log.attach(0, budget=self.guard.max_pending_bytes)
+            await self._delivery(request_id, follower, transport)
 
-        live = LiveSession(
-            self.service.host,
-            user_id=ctx.user_id,
-            chat_id=frame.id,
-            emit=emit,
+        options = LiveOptions(
             input_rate=frame.sampleRate,
             hands_free=frame.handsFree,
             vad_silence_ms=self.settings.vad_silence_ms,
             vad_threshold_dbfs=self.settings.vad_threshold_dbfs,
             approval_timeout_s=self.settings.approval_timeout_s,
-            major=ctx.major,
         )
-        self.live, self.live_request_id, self.live_sequence = live, request_id, 0
-        await self.send(encoding.ws_start(request_id))
+        try:
+            live = await start_live(self.service, self.conn, user_id=ctx.user_id, chat_id=frame.id,
+                                    options=options, deliver=deliver_live)
+        except GatewayError as exc:
+            # Over `--max-live-sessions` too: an `error` frame `overloaded` for this request, not a
+            # 1013 close, which would also end every other request on the socket.
+            await self.send(encoding.ws_error(request_id, exc.message, exc.error_code))
+            return
+        self.live, self.live_request_id = live, request_id
 
-        async def run_live() -> None:
-            try:
-                await live.run()
-            except Exception as exc:
-                log.exception("live_failed", error=repr(exc))
-                await self.send(encoding.ws_error(request_id, "The live session failed.", "live_failed"))
-            else:
-                await self.send(encoding.ws_end(request_id))
-            finally:
-                if self.live is live:
-                    self.live, self.live_request_id = None, None
-
-        self.service.registry.start(run, run_live())
+    def _live(self) -> LiveHandle | None:
+        """The socket's live session while it runs (one that has ended is let go here)."""
+        if self.live is not None and not self.live.active:
+            self.live, self.live_request_id = None, None
+        return self.live
 
     async def _on_binary(self, data: bytes) -> None:
-        live = self.live
+        live = self._live()
         if live is None:
             await self._bad_frame(None, "Binary frames are live audio; open a live session first.",
                                   "no_live_session", "binary_without_live")
@@ -535,7 +496,7 @@ class SocketSession:
         from gateway.core.pcm import PcmFormatError
 
         try:
-            live.send_audio(data)
+            live.session.send_audio(data)
         except PcmFormatError as exc:
             await self._bad_frame(self.live_request_id, str(exc), "invalid_audio", "invalid_audio")
 
@@ -569,8 +530,6 @@ async def chat_socket(request: web.Request) -> web.StreamResponse:
         except ConnectionError:
             log.info("socket_gone_before_handshake", peer=request.remote)
             return web.Response(status=400)  # nobody to read it; aiohttp drops it quietly
-        sockets = request.app[SOCKETS]
-        sockets.add(ws)
         service.metrics.connections.labels(kind="ws").inc()
         # Bound and reset with a token (`gateway.logs.bind`): no context manager's frame stays
         # behind for the life of the socket.
@@ -580,13 +539,13 @@ async def chat_socket(request: web.Request) -> web.StreamResponse:
                      origin=request.headers.get("Origin"), peer=request.remote)
             try:
                 async with service.registry.connection("ws") as conn:
+                    conn.socket = ws  # the one list of open sockets is the registry's (shutdown closes them)
                     session = SocketSession(ws, conn, service, settings, request, user_id=user_id)
                     expires_at = request[IDENTITY].expires_at if IDENTITY in request else None
                     if expires_at is not None:
                         conn.spawn(_close_at_expiry(ws, expires_at), "token-expiry")
                     await session.serve()
             finally:
-                sockets.discard(ws)
                 service.metrics.connections.labels(kind="ws").dec()
                 if not ws.closed:
                     await ws.close()

@@ -3,14 +3,22 @@
 How it works
 ------------
 - A connection (one SSE request, one WebSocket) enters with `async with registry.connection(...)`.
-  It owns the runs it starts and any extra tasks (live sessions). When the block exits — normally,
-  by error, or because aiohttp cancelled the handler on a disconnect — every run it owns is stopped
-  (unless runs detach on disconnect), every task is cancelled *and awaited*, and the entry is gone.
+  It owns the runs it starts and the tasks it spawns (a socket's deliveries, its close at token
+  expiry). When the block exits — normally, by error, or because aiohttp cancelled the handler on
+  a disconnect — every run it owns is stopped (unless runs detach on disconnect), every task is
+  cancelled *and awaited*, and the entry is gone.
 - A run is one agent invocation for one chat (`ChatRun`): a task that writes chunks to the chat's
-  stream log. At most one run per chat is active. A new request for a busy chat waits while the
-  old run is stopping, and waits a short grace for a run whose client may just have left, before
-  it is refused with `ChatBusy`.
+  stream log, plus the tasks it spawns (`ChatRun.spawn`). At most one run per chat is active. A
+  new request for a busy chat waits while the old run is stopping, and waits a short grace for a
+  run whose client may just have left, before it is refused with `ChatBusy`.
 - Stopping a run cancels its task and waits for it: nothing of it (no tool) runs afterwards.
+- Structured concurrency: a connection's tasks, and a run's, are one `asyncio.TaskGroup` each
+  (`TaskScope`), entered by the task that owns them (the handler; the run's task). The first task
+  that fails cancels the others and its owner; when the owner leaves, every task has ended. A
+  failure is logged (`task_failed`) and ends the owner as a cancellation would: a socket closes,
+  a run ends with `abort`. The owner's own exception goes on unchanged.
+- The registry is the one list of open connections: a WebSocket's connection holds its socket
+  (`Connection.socket`), and shutdown closes the sockets it finds here (`Registry.sockets`).
 - Across instances, a claim also takes the chat's lease (`gateway.services.leases`: Redis or PostgreSQL)
   and the run gives it back when it ends; a chat leased elsewhere is busy like a local one.
 
@@ -31,9 +39,11 @@ Caps (`Limits`, from the settings) are answered here, before anything streams:
   `admit_send()`.
 
 Memory: a connection, a run and a send window are slotted objects whose collections are created
-when first needed, and entering a connection leaves no context-manager frame behind: an idle
-socket holds about 0.3 KiB here, a stream waiting on the model about 1.6 KiB, most of it its run's
-task (see docs/perf/memory-per-connection.md).
+when first needed, and entering a connection leaves no context-manager frame behind. The one
+eager part is each connection's and each run's task group (about 0.45 KiB: the `TaskGroup`
+must be entered by its owner's task, so it cannot wait for the first spawn, which may come from
+a callback). An idle socket holds about 0.8 KiB here, a stream waiting on the model about 2.7 KiB,
+most of it its run's task (see docs/perf/memory-per-connection.md, measured before the groups).
 
 `anonymous` (`--auth none` without a user header) is nobody in particular — every client that
 names no one shares it — so only the process caps bound it, not the per-user ones.
@@ -45,6 +55,7 @@ one log line `rejected` with the user and the cap (never a token or a prompt).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import functools
 import itertools
@@ -55,7 +66,7 @@ from collections.abc import Coroutine, Set
 from contextvars import Token
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import structlog
 
@@ -67,7 +78,9 @@ from gateway.services.auth import ANONYMOUS
 from gateway.services.leases import Lease, Leases, LocalLeases
 from gateway.services.streams import ChatKey, StreamLog, Wakeup
 
-__all__ = ["ChatRun", "Connection", "Done", "Limits", "Registry", "SendVerdict", "SendWindow", "SocketSlot"]
+__all__ = [
+    "ChatRun", "Connection", "Done", "Limits", "Registry", "SendVerdict", "SendWindow", "SocketSlot", "TaskScope",
+]
 
 log = structlog.get_logger("gateway.services.registry")
 
@@ -77,6 +90,8 @@ LEASE_RETRY_S: Final = 0.05
 # closed (1008) once its refused sends in the window reach this many times its limit: by then it
 # has sent three times its budget within one minute.
 ABUSE_FACTOR: Final = 2
+
+SocketT = TypeVar("SocketT")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,6 +189,81 @@ class Done(Wakeup):
             await super().wait(at_most_s)
 
 
+class TaskScope:
+    """The tasks of one owner (a connection, a run) in one `asyncio.TaskGroup`; see the module
+    docstring. `enter()` and `leave()` run in the owner's task, `spawn()` anywhere.
+
+    `tasks` exists once a task was spawned: a scope that never spawns holds no set.
+    """
+
+    __slots__ = ("_group", "_tasks", "owner")
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self._group: asyncio.TaskGroup | None = None
+        self._tasks: set[asyncio.Task[Any]] | None = None
+
+    @property
+    def tasks(self) -> Set[asyncio.Task[Any]]:
+        """Its tasks that have not ended."""
+        return self._tasks if self._tasks is not None else frozenset()
+
+    async def enter(self) -> None:
+        group = asyncio.TaskGroup()
+        await group.__aenter__()
+        self._group = group
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Starts a task in the group. A scope that is not open, or is being left (a task failed,
+        its owner ends), starts nothing: the task comes back cancelled before its first step.
+        Not an exception: a spawn can come from a callback of someone else's task (a slow-reader
+        cut inside a log append), which must not fail for it."""
+        task: asyncio.Task[Any] | None = None
+        if self._group is not None:
+            with contextlib.suppress(RuntimeError):  # the group is shutting down
+                task = self._group.create_task(coro, name=f"{self.owner}:{name}")
+        if task is None:
+            log.debug("spawn_refused", owner=self.owner, task=name)
+            task = asyncio.get_running_loop().create_task(coro, name=f"{self.owner}:{name}")
+            task.cancel()  # the coroutine never runs, and is not left unawaited either
+            return task
+        if self._tasks is None:
+            self._tasks = set()
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def leave(self, exc: BaseException | None, *, cancel: bool) -> bool:
+        """Leaves the group once every task has ended (waiting on through repeated cancellation of
+        the owner). `exc`: what ends the owner, if anything; `cancel`: cancel the tasks first
+        (they are also cancelled when the owner ends by an exception). Failed tasks are logged.
+
+        Returns True when `exc` is the cancellation the group itself caused (a task failed) and
+        nobody else asked to cancel the owner: the owner then ends normally rather than cancelled.
+        """
+        group, self._group = self._group, None
+        if group is None:
+            return False
+        if cancel or exc is not None:
+            for task in list(self.tasks):
+                task.cancel()
+        cancelled = isinstance(exc, asyncio.CancelledError)
+        try:
+            # The owner's own exception stays out of the group (it goes on unchanged); its
+            # cancellation goes in, so the group can take back a cancellation it caused.
+            if cancelled:
+                assert exc is not None
+                await group.__aexit__(type(exc), exc, exc.__traceback__)
+            else:
+                await group.__aexit__(None, None, None)
+        except BaseExceptionGroup as failures:
+            for failure in failures.exceptions:
+                log.warning("task_failed", owner=self.owner, error=repr(failure), exc_info=failure)
+            current = asyncio.current_task()
+            return cancelled and current is not None and current.cancelling() == 0
+        return False
+
+
 @dataclass(eq=False, slots=True)
 class ChatRun:
     key: ChatKey
@@ -184,10 +274,20 @@ class ChatRun:
     stopping: bool = False
     done: Done = field(default_factory=Done)
     lease: Lease | None = None  # the chat's lease across instances, while the run lives
+    scope: TaskScope | None = field(default=None, repr=False)  # its tasks, while its body runs
 
     @property
     def active(self) -> bool:
         return not self.done.is_set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Starts a task that is part of the run (e.g. one side of a live session): the run's
+        stop cancels it, its failure stops the run, and the run ends only once it has ended.
+        Only while the run's body runs (`Registry.start`); raises `RuntimeError` otherwise."""
+        if self.scope is None:
+            coro.close()
+            raise RuntimeError(f"the run of {self.key[1]!r} is not running")
+        return self.scope.spawn(coro, name)
 
     def cancel(self) -> None:
         """Asks the run to stop, at once (no await); `stop()` also waits until it has ended."""
@@ -209,21 +309,23 @@ class ChatRun:
 
 class Connection:
     """One SSE request or one socket: the runs it started and the tasks it owns (see the module
-    docstring). `async with` enters it into its registry and releases it on the way out.
+    docstring). `async with` enters it into its registry, and its tasks' `TaskScope`, and releases
+    both on the way out.
 
     Its sets exist once something is in them: `runs`, `tasks` and `deliveries` read as empty
     until then.
     """
 
-    __slots__ = ("_deliveries", "_log_token", "_runs", "_tasks", "id", "kind", "registry", "sends")
+    __slots__ = ("_deliveries", "_log_token", "_runs", "id", "kind", "registry", "scope", "sends", "socket")
 
     def __init__(self, id: str, kind: str, registry: Registry, sends: SendWindow | None = None) -> None:
         self.id = id
         self.kind = kind
         self.registry = registry
         self.sends = sends
+        self.scope = TaskScope(id)
+        self.socket: object | None = None  # the socket it serves, if any (`Registry.sockets`)
         self._runs: set[ChatRun] | None = None
-        self._tasks: set[asyncio.Task[Any]] | None = None
         self._deliveries: set[asyncio.Task[Any]] | None = None  # the tasks among them that write a response
         self._log_token: Token[Any] | None = None
 
@@ -238,7 +340,7 @@ class Connection:
     @property
     def tasks(self) -> Set[asyncio.Task[Any]]:
         """Its tasks that have not ended (`spawn`)."""
-        return self._tasks if self._tasks is not None else frozenset()
+        return self.scope.tasks
 
     @property
     def deliveries(self) -> Set[asyncio.Task[Any]]:
@@ -255,13 +357,11 @@ class Connection:
             self._runs.discard(run)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str, *, delivery: bool = False) -> asyncio.Task[Any]:
-        """Starts a task owned by this connection; it is cancelled and awaited on release.
+        """Starts a task owned by this connection, in its `TaskScope`: it is cancelled and awaited
+        on release, and its failure cancels the connection's other tasks and its handler. A
+        connection that is closing (or not entered) starts nothing (`TaskScope.spawn`).
         `delivery`: it writes a response (a shutdown lets it finish writing)."""
-        task = asyncio.get_running_loop().create_task(coro, name=f"{self.id}:{name}")
-        if self._tasks is None:
-            self._tasks = set()
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task = self.scope.spawn(coro, name)
         if delivery:
             if self._deliveries is None:
                 self._deliveries = set()
@@ -270,17 +370,20 @@ class Connection:
         return task
 
     async def __aenter__(self) -> Connection:
+        await self.scope.enter()
         self.registry.connections[self.id] = self
         self._log_token = logs.bind("connection_id", self.id)
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    ) -> bool:
+        """Releases the connection. True (the handler goes on normally) when what ended it was the
+        cancellation its own failed task caused, not a disconnect."""
         token, self._log_token = self._log_token, None
         if token is not None:
             logs.unbind("connection_id", token)
-        await self.registry._release(self)
+        return await self.registry._release(self, exc)
 
 
 class SocketSlot:
@@ -334,26 +437,31 @@ class Registry:
         return Connection(id=f"{kind}-{next(self._ids)}", kind=kind, registry=self,
                           sends=SendWindow(self.limits.sends_per_minute) if kind == "ws" else None)
 
-    async def _release(self, conn: Connection) -> None:
+    def sockets(self, kind: type[SocketT]) -> list[SocketT]:
+        """The sockets of the open connections (`Connection.socket`) that are `kind`s."""
+        return [conn.socket for conn in self.connections.values() if isinstance(conn.socket, kind)]
+
+    async def _release(self, conn: Connection, exc: BaseException | None = None) -> bool:
+        """Stops the connection's runs (unless they detach) and ends its tasks; see
+        `Connection.__aexit__` for what it returns."""
         try:
             runs = [run for run in conn.runs if run.active and not run.detached]
             # Cancel everything before the first await: the release itself may be cancelled (a
             # socket's handler is cancelled when the peer drops the TCP connection right after
-            # the close handshake), and a stop still queued in the gather would then never run.
+            # the close handshake), and a stop not yet begun would then never run.
             for run in runs:
                 run.cancel()
-            for task in list(conn.tasks):
-                task.cancel()
-            pending = asyncio.gather(*(run.stop() for run in runs), *list(conn.tasks), return_exceptions=True)
+            stops = asyncio.gather(*(run.stop() for run in runs), return_exceptions=True)
             try:
-                results = await asyncio.shield(pending)
-            except asyncio.CancelledError:
-                # Still wait for the runs and tasks to end, then let the cancellation go on.
-                await asyncio.wait({pending})
-                raise
-            for result in results:
-                if isinstance(result, Exception):
-                    log.warning("connection_task_failed", error=repr(result))
+                # Cancels the tasks and waits for every one of them, however often it is cancelled.
+                return await conn.scope.leave(exc, cancel=True)
+            finally:
+                try:
+                    await asyncio.shield(stops)
+                except asyncio.CancelledError:
+                    # Still wait for the runs to end, then let the cancellation go on.
+                    await asyncio.wait({stops})
+                    raise
         finally:
             for run in conn.runs:
                 run.owner = None
@@ -445,9 +553,19 @@ class Registry:
         task.add_done_callback(functools.partial(self._ended, run, body))
 
     async def _running(self, run: ChatRun, body: Coroutine[Any, Any, None]) -> None:
+        scope = TaskScope(f"run:{run.key[1]}")
         try:
-            await body
+            await scope.enter()
+            run.scope = scope
+            try:
+                await body
+            except BaseException as exc:
+                if not await scope.leave(exc, cancel=True):
+                    raise
+            else:
+                await scope.leave(None, cancel=False)
         finally:
+            run.scope = None
             try:
                 if run.lease is not None and run.lease.shared:
                     # Before `done`: a client that posts its next request to another instance

@@ -13,7 +13,7 @@ import copy
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -215,12 +215,19 @@ def apply_chunks(message: Json, chunks: list[Json]) -> None:
             raise AssertionError(f"unexpected chunk {chunk}")
 
 
+# One whole request and its answer over some transport: (body, headers) -> Reply. The
+# transport contract suite (tests/transports) gives one per transport; by default a
+# `Conversation` POSTs over HTTP.
+Exchange = Callable[[Json, dict[str, str]], Awaitable[Reply]]
+
+
 class Conversation:
     """One chat as the AI SDK client holds it; every POST carries the whole history."""
 
-    def __init__(self, client: TestClient[Any, Any], chat_id: str | None = None, *, user: str | None = None,
-                 major: int = 6) -> None:
+    def __init__(self, client: TestClient[Any, Any] | None, chat_id: str | None = None, *, user: str | None = None,
+                 major: int = 6, exchange: Exchange | None = None) -> None:
         self.client = client
+        self.exchange = exchange
         self.chat_id = chat_id or new_id("chat")
         self.messages: list[Json] = []
         self.headers: dict[str, str] = {}
@@ -232,7 +239,7 @@ class Conversation:
 
     def fork(self, chat_id: str | None = None, user: str | None = None) -> Conversation:
         """A copy of this chat's messages in another client (a replay, another chat or user)."""
-        other = Conversation(self.client, chat_id or self.chat_id)
+        other = Conversation(self.client, chat_id or self.chat_id, exchange=self.exchange)
         other.headers = dict(self.headers)
         if user is not None:
             other.headers["x-user-id"] = user
@@ -255,7 +262,11 @@ class Conversation:
         return [p for p in self.tool_parts() if p.get("state") == "approval-requested"]
 
     async def post(self, body: Json) -> Reply:
-        reply = await post_chat(self.client, body, headers=self.headers)
+        if self.exchange is not None:
+            reply = await self.exchange(body, dict(self.headers))
+        else:
+            assert self.client is not None, "a Conversation needs an HTTP client or an exchange"
+            reply = await post_chat(self.client, body, headers=self.headers)
         self.replies.append(reply)
         return reply
 
@@ -368,8 +379,33 @@ def counting_agent(log: ToolLog, name: str = "counting_agent", **agent_kwargs: A
     )
 
 
-class LiveStream:
-    """A response being read chunk by chunk (for tests that act in the middle of a stream)."""
+class ChunkReader:
+    """A response read chunk by chunk, for tests that act in the middle of a stream: `next()` (the
+    next chunk, None at the end; each bounded in time) gives `until`, `take` and `rest`."""
+
+    reply: Reply
+
+    async def next(self) -> Json | None:
+        raise NotImplementedError
+
+    async def until(self, predicate: Callable[[Json], bool]) -> Json:
+        while True:
+            chunk = await self.next()
+            assert chunk is not None, f"the stream ended first: {self.reply.types}"
+            if predicate(chunk):
+                return chunk
+
+    async def take(self, count: int) -> list[Json]:
+        return [await self.until(lambda _c: True) for _ in range(count)]
+
+    async def rest(self) -> Reply:
+        while await self.next() is not None:
+            pass
+        return self.reply
+
+
+class LiveStream(ChunkReader):
+    """An SSE response being read chunk by chunk."""
 
     def __init__(self, response: ClientResponse) -> None:
         self.response = response
@@ -402,21 +438,6 @@ class LiveStream:
                     self.order.append(chunk["type"])
                     return chunk
         return None
-
-    async def until(self, predicate: Callable[[Json], bool]) -> Json:
-        while True:
-            chunk = await self.next()
-            assert chunk is not None, f"the stream ended first: {self.reply.types}"
-            if predicate(chunk):
-                return chunk
-
-    async def take(self, count: int) -> list[Json]:
-        return [await self.until(lambda _c: True) for _ in range(count)]
-
-    async def rest(self) -> Reply:
-        while await self.next() is not None:
-            pass
-        return self.reply
 
     def close(self) -> None:
         """Drops the connection, as a browser tab that goes away does."""

@@ -54,8 +54,9 @@ class RecordingTransport(Transport):
     async def open(self) -> None:
         pass
 
-    async def send(self, sequence: int, chunk: dict[str, Any]) -> None:
-        self.batches.append([sequence])
+    async def send(self, chunk: dict[str, Any]) -> None:
+        # deliver() hands logged chunks to `send_entries`; only `abort` (no guard here) sends one alone.
+        raise AssertionError(f"a chunk went out on its own: {chunk}")
 
     async def send_entries(self, entries: Iterable[LogEntry]) -> None:
         if self.turn is not None:

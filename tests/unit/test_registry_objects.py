@@ -1,6 +1,7 @@
 """The registry's and the stream log's small objects: their lazily created parts behave like the
-eager ones they replace (see docs/perf/memory-per-connection.md), and a run whose task is
-cancelled before it ever ran is still forgotten.
+eager ones they replace (see docs/perf/memory-per-connection.md), a run whose task is cancelled
+before it ever ran is still forgotten, and a connection's tasks and a run's are one task group
+each (the first failure cancels the rest; nothing outlives its owner).
 
 Nothing waits on time except the one test of `Wakeup`'s bound, which uses a tiny one. A step
 that must come after waiters have started waiting is a `call_soon` callback: it runs after the
@@ -10,9 +11,14 @@ waiters' first steps, which were scheduled before it.
 from __future__ import annotations
 
 import asyncio
+import inspect
+import warnings
 from collections.abc import Callable
 
-from gateway.services.registry import Done, Registry, SendVerdict, SendWindow
+import pytest
+from structlog.testing import capture_logs
+
+from gateway.services.registry import ChatRun, Done, Registry, SendVerdict, SendWindow
 from gateway.services.streams import StreamLog, Wakeup
 
 
@@ -160,3 +166,159 @@ async def test_a_run_that_ends_frees_its_chat_and_its_owner() -> None:
         await run.done.wait()
         assert registry.active_run(key) is None and not conn.runs
         assert registry.held()["runs"] == 0
+
+
+# --- structured concurrency: a connection's tasks and a run's are one TaskGroup each --------------
+
+
+class Watched:
+    """Coroutines whose fate is recorded: waits until cancelled, or fails at once."""
+
+    def __init__(self) -> None:
+        self.cancelled: list[str] = []
+        self.started = asyncio.Event()
+
+    async def wait(self, name: str) -> None:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(name)
+            raise
+
+    async def fail(self) -> None:
+        await self.started.wait()
+        raise RuntimeError("boom")
+
+
+async def test_a_failing_connection_task_cancels_the_others_and_its_handler() -> None:
+    registry = Registry()
+    watched = Watched()
+    spawned: list[asyncio.Task[None]] = []
+
+    async def handler() -> str:
+        async with registry.connection("ws") as conn:
+            spawned.append(conn.spawn(watched.wait("sibling"), "sibling"))
+            spawned.append(conn.spawn(watched.fail(), "fails"))
+            await watched.wait("handler")  # the socket's read loop
+        return "ended normally"  # the failure ended the connection; the handler closes its socket
+
+    with capture_logs() as logs:
+        assert await asyncio.wait_for(handler(), 5) == "ended normally"
+    assert sorted(watched.cancelled) == ["handler", "sibling"]
+    assert all(task.done() for task in spawned)
+    assert registry.connections == {}
+    [failure] = [entry for entry in logs if entry["event"] == "task_failed"]
+    assert failure["owner"].startswith("ws-") and "boom" in failure["error"]
+
+
+async def test_a_disconnect_cancels_and_awaits_the_connections_tasks() -> None:
+    registry = Registry()
+    watched = Watched()
+    spawned: list[asyncio.Task[None]] = []
+
+    async def handler() -> None:
+        async with registry.connection("sse") as conn:
+            spawned.append(conn.spawn(watched.wait("task"), "task"))
+            await asyncio.Event().wait()
+
+    handling = asyncio.ensure_future(handler())
+    await watched.started.wait()
+    handling.cancel()  # aiohttp cancels the handler of a client that went away
+    with pytest.raises(asyncio.CancelledError):
+        await handling
+    assert watched.cancelled == ["task"] and spawned[0].done()
+    assert registry.connections == {}
+
+
+async def test_the_handlers_own_error_goes_on_unchanged() -> None:
+    registry = Registry()
+    watched = Watched()
+    with pytest.raises(ValueError, match="the handler's"):
+        async with registry.connection("ws") as conn:
+            conn.spawn(watched.wait("task"), "task")
+            await watched.started.wait()
+            raise ValueError("the handler's")
+    assert watched.cancelled == ["task"]
+
+
+async def test_a_closing_connection_starts_nothing_and_leaves_no_coroutine() -> None:
+    registry = Registry()
+    ran: list[str] = []
+
+    async def late(when: str) -> None:
+        ran.append(when)
+
+    late_tasks: list[asyncio.Task[None]] = []
+
+    async def fails() -> None:
+        raise RuntimeError("boom")
+
+    async with registry.connection("ws") as conn:
+        failing = conn.spawn(fails(), "fails")
+        # Spawned while the group shuts down after the failure (as a slow-reader cut may).
+        failing.add_done_callback(lambda _task: late_tasks.append(conn.spawn(late("aborting"), "late")))
+        await asyncio.Event().wait()
+    coro = late("closed")
+    late_tasks.append(conn.spawn(coro, "late"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "coroutine ... was never awaited" would fail here
+        await asyncio.gather(*late_tasks, return_exceptions=True)
+    assert [task.cancelled() for task in late_tasks] == [True, True]
+    assert ran == [] and inspect.getcoroutinestate(coro) == inspect.CORO_CLOSED
+
+
+async def test_a_runs_tasks_are_stopped_with_it() -> None:
+    registry = Registry()
+    watched = Watched()
+
+    async def body(run: ChatRun) -> None:
+        run.spawn(watched.wait("task"), "task")
+        await watched.wait("body")
+
+    async with registry.connection("ws") as conn:
+        key = ("u", "c")
+        run = await registry.claim(key, conn, StreamLog(key=key, max_bytes=1024))
+        registry.start(run, body(run))
+        await watched.started.wait()
+        assert run.scope is not None and len(run.scope.tasks) == 1
+        await asyncio.wait_for(run.stop(), 5)
+        assert sorted(watched.cancelled) == ["body", "task"]
+        assert run.scope is None and registry.active_run(key) is None
+        with pytest.raises(RuntimeError):
+            run.spawn(asyncio.sleep(0), "late")
+
+
+async def test_a_failing_run_task_stops_the_run() -> None:
+    registry = Registry()
+    watched = Watched()
+
+    async def body(run: ChatRun) -> None:
+        run.spawn(watched.fail(), "fails")
+        await watched.wait("body")  # e.g. a live session's other side
+
+    async with registry.connection("ws") as conn:
+        key = ("u", "c")
+        run = await registry.claim(key, conn, StreamLog(key=key, max_bytes=1024))
+        with capture_logs() as logs:
+            registry.start(run, body(run))
+            await asyncio.wait_for(run.done.wait(), 5)
+        assert watched.cancelled == ["body"]
+        assert run.task is not None and run.task.done() and not run.task.cancelled()
+        assert run.task.exception() is None  # ended as stopped, the failure logged
+        assert [entry["owner"] for entry in logs if entry["event"] == "task_failed"] == ["run:c"]
+        assert registry.counts() == {"connections": 1, "runs": 0}
+
+
+async def test_the_registry_is_the_one_list_of_open_sockets() -> None:
+    class Socket:
+        pass
+
+    registry = Registry()
+    socket = Socket()
+    async with registry.connection("ws") as conn, registry.connection("sse"):
+        assert registry.sockets(Socket) == []
+        conn.socket = socket
+        assert registry.sockets(Socket) == [socket]
+        assert registry.sockets(str) == []
+    assert registry.sockets(Socket) == []  # a released connection's socket is no longer listed
