@@ -14,6 +14,7 @@ from aiohttp import web
 
 from gateway.config import Settings, SettingsError, load_settings
 from gateway.logs import AccessLogger, configure_logging
+from gateway.tracing import configure_tracing
 
 LISTEN_BACKLOG = 4096
 
@@ -54,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     try:
         configure_scripted_model(settings)
+        configure_tracing()
         app = make_app(settings)
         # What was loaded at start (ADK, the agent, the page) never becomes garbage: keep it out of
         # the collector's generations, so collections while serving stay short.
