@@ -1,65 +1,196 @@
-"""ADK events -> UI message chunks, for one response. Pure: no I/O, no asyncio.
+"""Agent events -> UI message chunks, for chat responses and live turns. Pure: no I/O, no asyncio.
 
-Theory of operation
--------------------
-One `ResponseConverter` lives for one response (one POST, one WebSocket `send`, or one live
-turn) and is fed ADK events in order. It returns, for each event, the chunks to send and the
-*effects* the caller must act on (an approval to issue, a browser tool to wait for).
+Both read the core's events (`gateway.core.events`; `agents.events` adapts ADK's) and write
+through a `MessageWriter`, which keeps the part bookkeeping. The rules both follow are here once:
+what a tool's result means (`write_tool_result`: ADK's rejection and the interrupt result are
+denials, a lone `error` is a tool error, anything else the output), how what the approval book
+decides is shown (`write_shown`), how a file is sent (`write_file`), which error text reaches a
+client (`safe_error_text`) and how ADK's finish reasons map to the AI SDK's (`map_finish_reason`).
 
-- A model call is one step. ADK gives every partial event of a model call the same `Event.id` as
-  its final aggregated event, so a new model event id opens a step (`start-step`) and closes the
-  previous one (`finish-step`). Function responses that arrive before the first model event (a
-  continuation after an approval) are emitted before any step, as the AI SDK's own server does.
-- Text and thoughts stream as true deltas of one part each, with ids derived from the event id.
-  The final aggregated event repeats all text; when partials were seen for that event id, its
-  text is skipped.
+Chat: `ResponseConverter`
+-------------------------
+One converter lives for one response (one POST, or one WebSocket `send`) and is fed the run's
+events in order. It returns, for each event, the chunks to send and the *effects* the caller must
+act on (an approval to issue, a browser tool to wait for).
+
+- A model call is one step. ADK gives every partial event of a model call the same event id as
+  its final aggregated event, so a new model event id opens a step and closes the previous one.
+  Function responses that arrive before the first model event (a continuation after an
+  approval) are written before any step, as the AI SDK's own server does.
+- Text and thoughts stream as deltas; the final aggregated event repeats all text, so when
+  partials were seen for that event id, its text is skipped.
 - ADK's `adk_request_confirmation` calls never reach the client as tools: they become
   `NeedsApproval` effects for the original call, and ADK's placeholder response ("requires
-  confirmation") is hidden. ADK's rejection of a denied call becomes `tool-output-denied`.
-- Browser tools are announced without `providerExecuted`; server tools with it.
-- Error text from a model or a tool goes through `safe_error_text` (first line, paths replaced,
-  at most 300 characters) before it reaches a client.
+  confirmation") is hidden.
+- Browser tools are announced without `providerExecuted`; server tools (and browser tools the
+  chat refuses) with it.
+- A call shows one outcome: `reported` (the chat book's) records each tool result and says
+  whether it is new; one that is not (ADK's rejection of an approval that had expired) is not
+  shown. What the book decides outside the events — an approval request, outcomes shown before
+  the run — is written with `show`.
+- An error event ends the response with an `error` chunk; `finish()` ends it otherwise, with the
+  reason mapped from the model's (`tool-calls` while a call waits for the client).
 
-`finish()` closes whatever is open and ends the response with a finish reason mapped from ADK's.
+Live: `LiveTurn`
+----------------
+One model turn of a live session is one complete UI message. ADK gives every live response a
+fresh event id, so a turn's step is not tied to event ids: it opens with the first model output
+and closes when a call waits for the client (`LiveTurn.pause`) or at the turn's end. The model's
+speech transcript and its text become text parts (partials stream; the aggregated copy that
+follows is skipped), audio becomes transient `data-pcm` chunks, the user's speech a
+`data-transcription` part with a stable id, updated as it grows. Tool calls and responses go to
+the session, whose approval book (`LiveBook`) decides about them; the turn writes what it decides
+(`tool_call`, `tool_result`, `show`).
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from google.adk.events import Event
-from google.genai import types
-
 from gateway.core import chunks as c
-from gateway.core.approval import REJECTED_TEXT
+from gateway.core.approval import INTERRUPT_TEXT, REJECTED_TEXT, AwaitClient, CallState, RunInBrowser, Shown
+from gateway.core.events import (
+    AgentEvent,
+    FileData,
+    FunctionCall,
+    FunctionResponse,
+    InlineData,
+    Text,
+    Transcription,
+)
+from gateway.core.kinds import CONFIRMATION_TOOL, PLACEHOLDER_ERROR, ToolKind
+from gateway.core.pcm import OUTPUT_RATE
+from gateway.core.writer import MessageWriter
 
 __all__ = [
+    "MAX_ERROR_TEXT",
     "BrowserCall",
     "ConversionResult",
+    "LiveTurn",
     "NeedsApproval",
     "ResponseConverter",
-    "ToolKind",
+    "is_denial",
     "map_finish_reason",
+    "message_replay_chunks",
+    "pcm_chunk_data",
+    "result_outcome",
     "safe_error_text",
+    "write_file",
+    "write_shown",
+    "write_tool_result",
 ]
 
-CONFIRMATION_TOOL: Final = "adk_request_confirmation"
-PLACEHOLDER_ERROR: Final = "This tool call requires confirmation, please approve or reject."
 MAX_ERROR_TEXT: Final = 300
+TOOL_FAILED: Final = "The tool failed."
+
+# --- the shared rules ------------------------------------------------------------------------------
+
+_FINISH_REASONS: Final[Mapping[str, c.FinishReason]] = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    "SAFETY": "content-filter",
+    "RECITATION": "content-filter",
+    "BLOCKLIST": "content-filter",
+    "PROHIBITED_CONTENT": "content-filter",
+    "SPII": "content-filter",
+    "IMAGE_SAFETY": "content-filter",
+    "IMAGE_PROHIBITED_CONTENT": "content-filter",
+    "MALFORMED_FUNCTION_CALL": "error",
+    "UNEXPECTED_TOOL_CALL": "error",
+}
 
 
-@dataclass(frozen=True, slots=True)
-class ToolKind:
-    """How the gateway treats a tool: where it runs and whether the gateway asks first."""
+def map_finish_reason(reason: str | None) -> c.FinishReason:
+    """The model's finish reason (by name, any case) -> the AI SDK's."""
+    if reason is None:
+        return "stop"
+    return _FINISH_REASONS.get(reason.upper(), "other")
 
-    browser: bool = False
-    # Only browser tools are asked about by the gateway; server tools ask through ADK.
-    needs_approval: bool = False
+
+_PATH = re.compile(r"(?<![:/\\])(?:[A-Za-z]:)?(?:[\\/][\w.@+-]+){2,}[\\/]?")
+
+
+def safe_error_text(message: str | None, fallback: str = "The agent failed.") -> str:
+    """One short line for a client: the first line only (a traceback's header at most), file
+    paths replaced by `…`, bounded length."""
+    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
+    if not lines or lines[0].startswith("Traceback"):
+        return fallback
+    text = _PATH.sub("…", " ".join(lines[0].split()))
+    return text if len(text) <= MAX_ERROR_TEXT else text[: MAX_ERROR_TEXT - 1] + "…"
+
+
+def is_denial(error: str) -> bool:
+    """Whether a tool's error result says the user denied it: ADK's rejection, or the interrupt
+    result of "deny and stop" and of a barge-in."""
+    return error == REJECTED_TEXT or error.startswith(INTERRUPT_TEXT)
+
+
+def result_outcome(payload: Mapping[str, Any]) -> CallState:
+    """How a tool's result ends its call for the client: denied (`is_denial`), failed (a lone
+    `error` text) or its output."""
+    error = payload.get("error") if len(payload) == 1 else None
+    if not isinstance(error, str):
+        return CallState.OUTPUT_AVAILABLE
+    return CallState.OUTPUT_DENIED if is_denial(error) else CallState.OUTPUT_ERROR
+
+
+def write_tool_result(writer: MessageWriter, call_id: str, payload: Mapping[str, Any], *,
+                      provider_executed: bool) -> None:
+    """A tool's result as the client sees it: denied, failed (scrubbed text) or its output."""
+    outcome = result_outcome(payload)
+    if outcome is CallState.OUTPUT_DENIED:
+        writer.tool_denied(call_id)
+    elif outcome is CallState.OUTPUT_ERROR:
+        # A tool's own error text (an exception message, a path) reaches the client only through
+        # the same scrubber as a model's.
+        writer.tool_error(call_id, safe_error_text(payload["error"], TOOL_FAILED), provider_executed=provider_executed)
+    else:
+        writer.tool_output(call_id, payload, provider_executed=provider_executed)
+
+
+def write_shown(writer: MessageWriter, item: Shown) -> None:
+    """What the approval authority says to show the client: an approval request, a browser tool
+    re-announced to run now, or how a call ended (denied, or an error with its text)."""
+    if isinstance(item, AwaitClient):
+        if item.approval_id is not None:  # None: the browser runs it unasked, nothing to say
+            writer.approval_request(item.approval_id, item.tool_call_id)
+    elif isinstance(item, RunInBrowser):
+        writer.tool_input_available(item.tool_call_id, item.tool_name, item.input)
+    elif item.state is CallState.OUTPUT_DENIED:
+        writer.tool_denied(item.tool_call_id)
+    else:
+        writer.tool_error(item.tool_call_id, item.error_text or TOOL_FAILED, provider_executed=not item.browser)
+
+
+def write_file(writer: MessageWriter, part: InlineData | FileData) -> None:
+    """A file part: inline bytes as a data URL, a file by its URI (one without a URI: nothing)."""
+    if isinstance(part, InlineData):
+        encoded = base64.b64encode(part.data).decode("ascii")
+        writer.file(f"data:{part.mime_type};base64,{encoded}", part.mime_type)
+    elif part.uri:
+        writer.file(part.uri, part.mime_type)
+
+
+_RATE = re.compile(r"rate=(\d+)")
+
+
+def pcm_chunk_data(pcm: bytes, sample_rate: int = OUTPUT_RATE) -> dict[str, Any]:
+    """The `data` of a `data-pcm` chunk."""
+    return {"content": base64.b64encode(pcm).decode("ascii"), "sampleRate": sample_rate, "channels": 1,
+            "bitDepth": 16}
+
+
+def _audio_rate(mime_type: str) -> int:
+    match = _RATE.search(mime_type)
+    return int(match.group(1)) if match else OUTPUT_RATE
+
+
+# --- chat ------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,92 +218,57 @@ class ConversionResult:
     effects: list[Effect] = field(default_factory=list)
 
 
-_FINISH_REASONS: Final[Mapping[str, c.FinishReason]] = {
-    "STOP": "stop",
-    "MAX_TOKENS": "length",
-    "SAFETY": "content-filter",
-    "RECITATION": "content-filter",
-    "BLOCKLIST": "content-filter",
-    "PROHIBITED_CONTENT": "content-filter",
-    "SPII": "content-filter",
-    "IMAGE_SAFETY": "content-filter",
-    "IMAGE_PROHIBITED_CONTENT": "content-filter",
-    "MALFORMED_FUNCTION_CALL": "error",
-    "UNEXPECTED_TOOL_CALL": "error",
-}
+def _any_kind(_name: str) -> ToolKind:
+    return ToolKind()
 
 
-def map_finish_reason(reason: types.FinishReason | str | None) -> c.FinishReason:
-    """ADK's (Gemini's) finish reason -> the AI SDK's."""
-    if reason is None:
-        return "stop"
-    name = reason.name if isinstance(reason, types.FinishReason) else str(reason)
-    return _FINISH_REASONS.get(name.upper(), "other")
-
-
-_PATH = re.compile(r"(?<![:/\\])(?:[A-Za-z]:)?(?:[\\/][\w.@+-]+){2,}[\\/]?")
-
-
-def safe_error_text(message: str | None, fallback: str = "The agent failed.") -> str:
-    """One short line for a client: the first line only (a traceback's header at most), file
-    paths replaced by `…`, bounded length."""
-    lines = [line.strip() for line in (message or "").splitlines() if line.strip()]
-    if not lines or lines[0].startswith("Traceback"):
-        return fallback
-    text = _PATH.sub("…", " ".join(lines[0].split()))
-    return text if len(text) <= MAX_ERROR_TEXT else text[: MAX_ERROR_TEXT - 1] + "…"
-
-
-def add_usage(totals: dict[str, int], usage: types.GenerateContentResponseUsageMetadata) -> None:
-    """Adds ADK's (Gemini's) token counts to `totals`, in the AI SDK's usage names."""
-    pairs = (
-        ("inputTokens", usage.prompt_token_count),
-        ("outputTokens", usage.candidates_token_count),
-        ("totalTokens", usage.total_token_count),
-    )
-    for key, value in pairs:
-        if value:
-            totals[key] = totals.get(key, 0) + int(value)
-
-
-def _json_safe(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
-
-
-@dataclass(slots=True)
 class ResponseConverter:
-    """Converts the ADK events of one response; see the module docstring."""
+    """Converts the events of one chat response; see the module docstring."""
 
-    message_id: str | None = None
-    tool_kinds: Callable[[str], ToolKind] = field(default=lambda _name: ToolKind())
-    # Tools the chat refuses without asking; announced as server-run so the client never runs them.
-    refused_tools: frozenset[str] = frozenset()
+    __slots__ = ("_announced", "_awaiting_client", "_last_finish", "_model_event_id", "_out", "_streamed",
+                 "_writer", "message_id", "refused_tools", "reported", "tool_kinds")
 
-    _started: bool = False
-    _in_step: bool = False
-    _model_event_id: str | None = None
-    _streamed_event_ids: set[str] = field(default_factory=set)
-    _text_id: str | None = None
-    _reasoning_id: str | None = None
-    _part_counter: int = 0
-    _announced: dict[str, str] = field(default_factory=dict)  # call id -> tool name
-    _awaiting_client: set[str] = field(default_factory=set)
-    _last_finish: types.FinishReason | str | None = None
-    _errored: bool = False
-    _finished: bool = False
-    _usage: dict[str, int] = field(default_factory=dict)
+    def __init__(
+        self,
+        message_id: str | None = None,
+        tool_kinds: Callable[[str], ToolKind] = _any_kind,
+        # Tools the chat refuses without asking; announced as server-run so the client never runs them.
+        refused_tools: frozenset[str] = frozenset(),
+        # Records a call's outcome and says whether it is new (`ApprovalBook.reported`): a call
+        # shows one outcome, e.g. not ADK's rejection of an approval that had already expired.
+        reported: Callable[[str, CallState], bool] | None = None,
+    ) -> None:
+        self.message_id = message_id
+        self.tool_kinds = tool_kinds
+        self.refused_tools = refused_tools
+        self.reported = reported
+        self._out: list[c.Chunk] = []
+        self._writer = MessageWriter(self._out.append, message_id=message_id)
+        self._model_event_id: str | None = None
+        self._streamed: set[str] = set()  # model event ids whose text came as partials
+        self._announced: dict[str, str] = {}  # call id -> tool name
+        self._awaiting_client: set[str] = set()
+        self._last_finish: str | None = None
 
-    # --- public ----------------------------------------------------------------------------
+    def _take(self) -> list[c.Chunk]:
+        out = self._out[:]
+        self._out.clear()
+        return out
+
+    # --- public ----------------------------------------------------------------------------------
 
     def start(self) -> list[c.Chunk]:
-        if self._started:
-            return []
-        self._started = True
-        return [c.Start(messageId=self.message_id)]
+        self._writer.start()
+        return self._take()
 
     @property
     def errored(self) -> bool:
-        return self._errored
+        return self._writer.errored
+
+    @property
+    def usage(self) -> dict[str, int]:
+        """The response's token counts so far (what its `finish` reports)."""
+        return self._writer.usage
 
     @property
     def awaiting_client(self) -> bool:
@@ -182,179 +278,112 @@ class ResponseConverter:
     def await_client(self, tool_call_id: str) -> None:
         self._awaiting_client.add(tool_call_id)
 
-    def convert(self, event: Event) -> ConversionResult:
-        result = ConversionResult(self.start())
-        # After an `error` chunk nothing more is sent (the client stops reading at it).
-        if self._finished or self._errored or event.author == "user":
-            return result
-        if event.error_code or event.error_message:
-            result.chunks += self._close_parts()
-            result.chunks.append(c.Error(errorText=safe_error_text(event.error_message or event.error_code)))
-            self._errored = True
-            return result
-        self._add_usage(event.usage_metadata)
-        content = event.content
-        if content is None or not content.parts:
-            return result
-        parts = list(content.parts)
-        if any(p.function_response for p in parts):
-            self._function_responses(event, parts, result)
-            return result
-        if content.role == "model" or content.role is None:
-            self._model_event(event, parts, result)
+    def convert(self, event: AgentEvent) -> ConversionResult:
+        writer = self._writer
+        writer.start()
+        result = ConversionResult()
+        # After the end (an `error` chunk) nothing more is sent: the client stops reading there.
+        if not writer.ended and event.author != "user":
+            self._convert(event, result)
+        result.chunks = self._take()
         return result
 
     def finish(self, reason: c.FinishReason | None = None, metadata: Any = None) -> list[c.Chunk]:
-        """Closes the response. After an `error` chunk nothing more is sent."""
-        out = self.start()
-        if self._finished:
-            return out
-        self._finished = True
-        if self._errored:
-            return out
-        out += self._close_step()
-        if reason is None:
-            reason = "tool-calls" if self._awaiting_client else map_finish_reason(self._last_finish)
-        if metadata is None and self._usage:
-            metadata = {"usage": dict(self._usage)}
-        out.append(c.Finish(finishReason=reason, messageMetadata=metadata))
-        return out
+        """Ends the response (nothing after an `error` chunk)."""
+        writer = self._writer
+        writer.start()
+        if not writer.ended:
+            if reason is None:
+                reason = "tool-calls" if self._awaiting_client else map_finish_reason(self._last_finish)
+            writer.finish(reason, metadata)
+        return self._take()
 
     def error(self, text: str) -> list[c.Chunk]:
-        out = self.start()
-        if self._finished or self._errored:
-            return out
-        out += self._close_parts()
-        self._errored = True
-        self._finished = True
-        out.append(c.Error(errorText=safe_error_text(text)))
-        return out
+        """Ends the response with an `error` chunk (its text scrubbed)."""
+        self._writer.error(safe_error_text(text))
+        return self._take()
 
-    # --- helpers ---------------------------------------------------------------------------
+    def abort(self, reason: str | None = None) -> list[c.Chunk]:
+        """Ends a response that was stopped with `abort`."""
+        self._writer.abort(reason)
+        return self._take()
 
-    def _add_usage(self, usage: types.GenerateContentResponseUsageMetadata | None) -> None:
-        if usage is not None:
-            add_usage(self._usage, usage)
+    def show(self, items: Iterable[Shown]) -> list[c.Chunk]:
+        """What the approval book says to show the client (`write_shown`), in order."""
+        for item in items:
+            write_shown(self._writer, item)
+        return self._take()
 
-    def _next_id(self, prefix: str) -> str:
-        self._part_counter += 1
-        return f"{prefix}-{self._model_event_id or 'x'}-{self._part_counter}"
+    # --- events ----------------------------------------------------------------------------------
 
-    def _close_parts(self) -> list[c.Chunk]:
-        out: list[c.Chunk] = []
-        if self._reasoning_id is not None:
-            out.append(c.ReasoningEnd(id=self._reasoning_id))
-            self._reasoning_id = None
-        if self._text_id is not None:
-            out.append(c.TextEnd(id=self._text_id))
-            self._text_id = None
-        return out
-
-    def _close_step(self) -> list[c.Chunk]:
-        out = self._close_parts()
-        if self._in_step:
-            out.append(c.FinishStep())
-            self._in_step = False
-        return out
-
-    def _enter_model_event(self, event_id: str, result: ConversionResult) -> None:
-        if event_id == self._model_event_id and self._in_step:
+    def _convert(self, event: AgentEvent, result: ConversionResult) -> None:
+        writer = self._writer
+        if event.error_code or event.error_message:
+            writer.error(safe_error_text(event.error_message or event.error_code))
             return
-        result.chunks += self._close_step()
-        result.chunks.append(c.StartStep())
-        self._in_step = True
-        self._model_event_id = event_id
-
-    def _text(self, text: str, thought: bool, result: ConversionResult) -> None:
-        if not text:
+        if event.usage is not None:
+            writer.add_usage(event.usage)
+        parts = event.parts
+        if not parts:
             return
-        if thought:
-            if self._text_id is not None:
-                result.chunks.append(c.TextEnd(id=self._text_id))
-                self._text_id = None
-            if self._reasoning_id is None:
-                self._reasoning_id = self._next_id("reasoning")
-                result.chunks.append(c.ReasoningStart(id=self._reasoning_id))
-            result.chunks.append(c.ReasoningDelta(id=self._reasoning_id, delta=text))
-        else:
-            if self._reasoning_id is not None:
-                result.chunks.append(c.ReasoningEnd(id=self._reasoning_id))
-                self._reasoning_id = None
-            if self._text_id is None:
-                self._text_id = self._next_id("text")
-                result.chunks.append(c.TextStart(id=self._text_id))
-            result.chunks.append(c.TextDelta(id=self._text_id, delta=text))
+        if any(isinstance(part, FunctionResponse) for part in parts):
+            self._function_responses(event, result)
+        elif event.role == "model" or event.role is None:
+            self._model_event(event, result)
 
-    def _model_event(self, event: Event, parts: list[types.Part], result: ConversionResult) -> None:
-        confirmations = [
-            p.function_call for p in parts if p.function_call and p.function_call.name == CONFIRMATION_TOOL
-        ]
-        if confirmations and len(confirmations) == len(parts):
+    def _browser(self, name: str) -> bool:
+        return self.tool_kinds(name).browser and name not in self.refused_tools
+
+    def _model_event(self, event: AgentEvent, result: ConversionResult) -> None:
+        writer = self._writer
+        parts = event.parts
+        if all(isinstance(part, FunctionCall) and part.name == CONFIRMATION_TOOL for part in parts):
             # ADK's own confirmation event: not a model step, only approval requests.
-            for call in confirmations:
-                self._confirmation(call, result)
+            for part in parts:
+                self._confirmation(part, result)  # type: ignore[arg-type]
             return
-        self._enter_model_event(event.id, result)
-        if event.partial:
-            self._streamed_event_ids.add(event.id)
-        skip_text = not event.partial and event.id in self._streamed_event_ids
+        if event.id != self._model_event_id or not writer.in_step:
+            writer.finish_step()
+            writer.start_step()
+            self._model_event_id = event.id
+            writer.scope = event.id or "x"
+        partial = event.partial
+        if partial:
+            self._streamed.add(event.id)
+        skip_text = not partial and event.id in self._streamed
         for part in parts:
-            if part.text is not None and not skip_text:
-                self._text(part.text, bool(part.thought), result)
-            elif part.inline_data is not None and not event.partial:
-                result.chunks += self._close_parts()
-                blob = part.inline_data
-                encoded = base64.b64encode(blob.data or b"").decode("ascii")
-                media_type = blob.mime_type or "application/octet-stream"
-                result.chunks.append(c.File(url=f"data:{media_type};base64,{encoded}", mediaType=media_type))
-            elif part.file_data is not None and part.file_data.file_uri and not event.partial:
-                result.chunks += self._close_parts()
-                result.chunks.append(
-                    c.File(
-                        url=part.file_data.file_uri,
-                        mediaType=part.file_data.mime_type or "application/octet-stream",
-                    )
-                )
-            elif part.function_call is not None and not event.partial:
-                if part.function_call.name == CONFIRMATION_TOOL:
-                    self._confirmation(part.function_call, result)
+            if isinstance(part, Text):
+                if not skip_text:
+                    (writer.reasoning if part.thought else writer.text)(part.text)
+            elif partial:
+                continue  # calls and files come whole in the final event
+            elif isinstance(part, FunctionCall):
+                if part.name == CONFIRMATION_TOOL:
+                    self._confirmation(part, result)
                 else:
-                    self._function_call(part.function_call, result)
-        if not event.partial:
-            result.chunks += self._close_parts()
+                    self._function_call(part, result)
+            elif isinstance(part, InlineData | FileData):
+                write_file(writer, part)
+        if not partial:
+            writer.close_parts()
             if event.finish_reason is not None:
                 self._last_finish = event.finish_reason
 
-    def _function_call(self, call: types.FunctionCall, result: ConversionResult) -> None:
-        call_id = call.id or self._next_id("call")
+    def _function_call(self, call: FunctionCall, result: ConversionResult) -> None:
+        call_id = call.id or self._writer.next_id("call")
         name = call.name or "unknown"
-        kind = self.tool_kinds(name)
-        browser = kind.browser and name not in self.refused_tools
-        provider_executed = None if browser else True
-        args = _json_safe(dict(call.args or {}))
-        result.chunks += self._close_parts()
-        result.chunks.append(
-            c.ToolInputStart(toolCallId=call_id, toolName=name, providerExecuted=provider_executed)
-        )
-        result.chunks.append(
-            c.ToolInputDelta(toolCallId=call_id, inputTextDelta=json.dumps(args, separators=(",", ":")))
-        )
-        result.chunks.append(
-            c.ToolInputAvailable(
-                toolCallId=call_id, toolName=name, input=args, providerExecuted=provider_executed
-            )
-        )
+        browser = self._browser(name)
+        self._writer.tool_call(call_id, name, call.args, provider_executed=not browser)
         self._announced[call_id] = name
         if browser:
             self._awaiting_client.add(call_id)
-            if kind.needs_approval:
+            if self.tool_kinds(name).needs_approval:
                 result.effects.append(NeedsApproval(call_id, name, None, browser=True))
             else:
                 result.effects.append(BrowserCall(call_id, name))
 
-    def _confirmation(self, call: types.FunctionCall, result: ConversionResult) -> None:
-        args = dict(call.args or {})
-        original = args.get("originalFunctionCall") or {}
+    def _confirmation(self, call: FunctionCall, result: ConversionResult) -> None:
+        original = call.args.get("originalFunctionCall") or {}
         original_id = original.get("id")
         if not original_id:
             return
@@ -362,38 +391,152 @@ class ResponseConverter:
         self._awaiting_client.add(original_id)
         result.effects.append(NeedsApproval(original_id, name, call.id, browser=False))
 
-    def _function_responses(self, event: Event, parts: list[types.Part], result: ConversionResult) -> None:
-        requested = set((event.actions.requested_tool_confirmations or {}).keys()) if event.actions else set()
-        for part in parts:
-            response = part.function_response
-            if response is None or response.name == CONFIRMATION_TOOL:
+    def _function_responses(self, event: AgentEvent, result: ConversionResult) -> None:
+        requested = event.requested_confirmations
+        for part in event.parts:
+            if not isinstance(part, FunctionResponse) or part.name == CONFIRMATION_TOOL:
                 continue
-            call_id = response.id or ""
-            payload = dict(response.response or {})
-            if call_id in requested or payload == {"error": PLACEHOLDER_ERROR}:
+            call_id = part.id or ""
+            payload = part.response
+            if call_id in requested or (len(payload) == 1 and payload.get("error") == PLACEHOLDER_ERROR):
                 continue
-            kind = self.tool_kinds(response.name or "")
-            provider_executed = None if kind.browser and response.name not in self.refused_tools else True
             self._awaiting_client.discard(call_id)
-            error = payload.get("error") if len(payload) == 1 else None
-            if error == REJECTED_TEXT:
-                result.chunks += self._close_parts()
-                result.chunks.append(c.ToolOutputDenied(toolCallId=call_id))
-            elif isinstance(error, str):
-                # A tool's own error text (an exception message, a path) reaches the client only
-                # through the same scrubber as a model's.
-                result.chunks += self._close_parts()
-                result.chunks.append(
-                    c.ToolOutputError(toolCallId=call_id, errorText=safe_error_text(error, "The tool failed."),
-                                      providerExecuted=provider_executed)
-                )
+            if self.reported is not None and not self.reported(call_id, result_outcome(payload)):
+                continue
+            write_tool_result(self._writer, call_id, payload, provider_executed=not self._browser(part.name))
+
+
+# --- live ------------------------------------------------------------------------------------------
+
+
+class LiveTurn:
+    """One model turn of a live session (one UI message); see the module docstring.
+
+    The session creates one per turn and drops it once it has ended; `writer.started` says
+    whether anything of it reached the log yet.
+    """
+
+    __slots__ = ("_reasoning_streamed", "_text_streamed", "_transcript_streamed", "_user_part", "_user_text",
+                 "calls", "message_id", "model_output", "writer")
+
+    def __init__(self, emit: Callable[[c.Chunk], None], message_id: str) -> None:
+        self.message_id = message_id
+        self.writer = MessageWriter(emit, message_id=message_id)
+        self.model_output = False  # the model said something in this turn
+        self.calls: list[str] = []  # the tool calls announced in it
+        self._text_streamed = False
+        self._reasoning_streamed = False
+        self._transcript_streamed = False
+        self._user_text = ""
+        self._user_part = 0
+
+    def _step(self) -> MessageWriter:
+        self.model_output = True
+        self.writer.start_step()
+        return self.writer
+
+    def model_event(
+        self,
+        event: AgentEvent,
+        on_call: Callable[[FunctionCall], None],
+        on_response: Callable[[FunctionResponse], None],
+    ) -> None:
+        """Writes the event's transcript, text, audio and files, in order; its tool calls (whole,
+        in final events) and responses go to `on_call` / `on_response`, which decide about them."""
+        if event.output_transcription is not None:
+            self._model_transcription(event.output_transcription)
+        partial = event.partial
+        for part in event.parts:
+            if isinstance(part, Text):
+                self._model_text(part.text, part.thought, partial)
+            elif isinstance(part, FunctionResponse):
+                on_response(part)
+            elif isinstance(part, FunctionCall):
+                if not partial:
+                    on_call(part)
+            elif isinstance(part, InlineData) and part.mime_type.startswith("audio/pcm"):
+                self._step().data("pcm", pcm_chunk_data(part.data, _audio_rate(part.mime_type)), transient=True)
+            elif not partial and (isinstance(part, InlineData) or part.uri):
+                write_file(self._step(), part)
+        if event.usage is not None and self.writer.started:
+            self.writer.add_usage(event.usage)
+
+    def user_transcription(self, transcription: Transcription) -> None:
+        """The user's speech so far: one `data-transcription` part per utterance, replaced as it grows."""
+        text = transcription.text
+        if not text and not transcription.finished:
+            return
+        self._user_text = text if transcription.finished else self._user_text + text
+        self.writer.data("transcription", {"role": "user", "text": self._user_text,
+                                           "finished": transcription.finished},
+                         part_id=f"{self.message_id}-user-{self._user_part}")
+        if transcription.finished:
+            self._user_text = ""
+            self._user_part += 1
+
+    def _model_transcription(self, transcription: Transcription) -> None:
+        text = transcription.text
+        if transcription.finished:
+            if self._transcript_streamed:  # the aggregated copy of what streamed: it ends the part
+                self._transcript_streamed = False
+                self.writer.close_parts()
+            elif text:
+                self._step().text(text)
+                self.writer.close_parts()
+        elif text:
+            self._transcript_streamed = True
+            self._step().text(text)
+
+    def _model_text(self, text: str, thought: bool, partial: bool) -> None:
+        writer = self._step()
+        if partial:
+            if thought:
+                self._reasoning_streamed = True
+                writer.reasoning(text)
             else:
-                result.chunks += self._close_parts()
-                result.chunks.append(
-                    c.ToolOutputAvailable(
-                        toolCallId=call_id, output=_json_safe(payload), providerExecuted=provider_executed
-                    )
-                )
+                self._text_streamed = True
+                writer.text(text)
+        elif thought and self._reasoning_streamed:  # the aggregated copy: skipped, but it ends the part
+            self._reasoning_streamed = False
+            writer.end_reasoning()
+        elif not thought and self._text_streamed:
+            self._text_streamed = False
+            writer.end_text()
+        elif text:
+            (writer.reasoning if thought else writer.text)(text)
+            writer.close_parts()
+
+    def tool_call(self, call: FunctionCall, *, browser: bool) -> tuple[str, str, Any]:
+        """Announces a call; returns its (id, name, input) as announced."""
+        call_id = call.id or self.writer.next_id("call")
+        name = call.name or "unknown"
+        announced = self._step().tool_call(call_id, name, call.args, provider_executed=not browser)
+        self.calls.append(call_id)
+        return call_id, name, announced
+
+    def tool_result(self, call_id: str, payload: Mapping[str, Any], *, browser: bool) -> None:
+        write_tool_result(self.writer, call_id, payload, provider_executed=not browser)
+
+    def pause(self) -> None:
+        """A call waits for the client: the step ends here (the answer opens the next one)."""
+        self.writer.finish_step()
+
+    def show(self, item: Shown) -> None:
+        """What the approval book says to show (`write_shown`); a call that now waits for the
+        client ends the step."""
+        write_shown(self.writer, item)
+        if isinstance(item, AwaitClient):
+            self.pause()
+
+    def error(self, message: str | None) -> None:
+        """The model failed: an `error` chunk; the turn then ends with `finish` (`error`)."""
+        self.writer.error(safe_error_text(message), final=False)
+
+    def end(self, reason: c.FinishReason) -> None:
+        self.writer.finish(reason)
+
+
+# --- replays ---------------------------------------------------------------------------------------
 
 
 def message_replay_chunks(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -404,54 +547,43 @@ def message_replay_chunks(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     replay with these chunks makes it self-contained.
     """
     out: list[dict[str, Any]] = []
-    in_step = False
-    for index, part in enumerate(parts):
+    writer = MessageWriter(lambda chunk: out.append(chunk.to_wire()), scope="replay", started=True)
+    for part in parts:
         kind = str(part.get("type", ""))
-        pid = f"replay-{index}"
         if kind == "step-start":
-            if in_step:
-                out.append(c.FinishStep().to_wire())
-            out.append(c.StartStep().to_wire())
-            in_step = True
-        elif kind in ("text", "reasoning"):
-            text = str(part.get("text", ""))
-            if kind == "text":
-                out += [c.TextStart(id=pid).to_wire(), c.TextDelta(id=pid, delta=text).to_wire(),
-                        c.TextEnd(id=pid).to_wire()]
-            else:
-                out += [c.ReasoningStart(id=pid).to_wire(), c.ReasoningDelta(id=pid, delta=text).to_wire(),
-                        c.ReasoningEnd(id=pid).to_wire()]
+            writer.finish_step()
+            writer.start_step()
+        elif kind == "text":
+            writer.text(str(part.get("text", "")))
+            writer.end_text()
+        elif kind == "reasoning":
+            writer.reasoning(str(part.get("text", "")))
+            writer.end_reasoning()
         elif kind == "file" and isinstance(part.get("url"), str):
-            out.append(c.File(url=part["url"], mediaType=str(part.get("mediaType", "application/octet-stream")))
-                       .to_wire())
+            writer.file(part["url"], str(part.get("mediaType", "application/octet-stream")))
         elif kind.startswith("tool-") or kind == "dynamic-tool":
-            out += _tool_part_replay(kind, part)
+            _replay_tool_part(writer, kind, part)
         elif kind.startswith("data-") and "data" in part:
-            out.append(c.Data(name=kind.removeprefix("data-"), data=part["data"], id=part.get("id")).to_wire())
-    if in_step:
-        out.append(c.FinishStep().to_wire())
+            writer.data(kind.removeprefix("data-"), part["data"], part_id=part.get("id"))
+    writer.finish_step()
     return out
 
 
-def _tool_part_replay(kind: str, part: dict[str, Any]) -> list[dict[str, Any]]:
+def _replay_tool_part(writer: MessageWriter, kind: str, part: dict[str, Any]) -> None:
     call_id = part.get("toolCallId")
     if not isinstance(call_id, str):
-        return []
+        return
     dynamic = kind == "dynamic-tool"
     name = str(part.get("toolName") if dynamic else kind.removeprefix("tool-"))
-    executed = True if part.get("providerExecuted") is True else None
-    out = [c.ToolInputAvailable(toolCallId=call_id, toolName=name, input=part.get("input"),
-                                providerExecuted=executed, dynamic=True if dynamic else None).to_wire()]
+    executed = part.get("providerExecuted") is True
+    writer.tool_input_available(call_id, name, part.get("input"), provider_executed=executed, dynamic=dynamic)
     approval = part.get("approval")
-    state = part.get("state")
     if isinstance(approval, dict) and isinstance(approval.get("id"), str):
-        out.append(c.ToolApprovalRequest(approvalId=approval["id"], toolCallId=call_id).to_wire())
+        writer.approval_request(approval["id"], call_id)
+    state = part.get("state")
     if state == "output-available":
-        out.append(c.ToolOutputAvailable(toolCallId=call_id, output=part.get("output"),
-                                         providerExecuted=executed).to_wire())
+        writer.tool_output(call_id, part.get("output"), provider_executed=executed)
     elif state == "output-error":
-        out.append(c.ToolOutputError(toolCallId=call_id, errorText=str(part.get("errorText") or "error"),
-                                     providerExecuted=executed).to_wire())
+        writer.tool_error(call_id, str(part.get("errorText") or "error"), provider_executed=executed)
     elif state == "output-denied":
-        out.append(c.ToolOutputDenied(toolCallId=call_id).to_wire())
-    return out
+        writer.tool_denied(call_id)

@@ -106,6 +106,11 @@ class MessageWriter:
             self._in_step = False
             self._emit(c.FinishStep())
 
+    @property
+    def usage(self) -> dict[str, int]:
+        """The tokens counted so far, in the AI SDK's names (empty when the model reported none)."""
+        return dict(self._usage or {})
+
     def add_usage(self, usage: Usage) -> None:
         """Counts a model response's tokens into the usage `finish` reports."""
         totals = self._usage

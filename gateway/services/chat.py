@@ -14,16 +14,21 @@ or replayed approval, a continuation with nothing new) is refused with a status 
   converted (a turn costs what is new, not the chat's length). Anything else — an edited or
   removed message, a user message the session never ran, a regenerate — rebuilds the session
   from the posted history.
-- last message from the assistant: a continuation of that message. Every approval and browser
-  tool output in it is checked against the book and becomes an ADK function response (ADK's
-  confirmation for server tools, the tool's result for browser tools), a re-announcement of an
-  approved browser tool, a denial, or — for "deny and stop" — the interrupt result that ends the
-  turn without calling the model.
+- last message from the assistant: a continuation of that message. The chat's `ApprovalBook`
+  (gateway.core.approval, the one authority on approvals) checks every approval and browser tool
+  output in it and says what each leads to: what the client is shown first (an outcome, or a
+  re-announced browser tool) and what the agent is told (ADK's confirmation for server tools,
+  the tool's result for browser tools) — or, for "deny and stop", the interrupt results that are
+  appended to the session without calling the model. This service decides none of it: what is
+  shown goes through the response's converter (`ResponseConverter.show`, the one writer of
+  chunks), what the agent is told becomes ADK function responses.
 
-The run itself is a task owned by the registry that converts ADK events to chunks and appends
-them to the chat's stream log; transports follow that log. The book is saved to the session
-before the final chunk — `finish`, and also `error` and `abort` when the run fails or is stopped —
-so a client that answers an approval it received finds it stored.
+The run itself is a task owned by the registry that converts ADK events to chunks (every chunk,
+the approval requests and the final `finish` / `error` / `abort` included, comes from the
+converter) and appends them to the chat's stream log; transports follow that log. The converter
+records each tool result in the book (`ApprovalBook.reported`), so a call shows one outcome. The
+book is saved to the session before the final chunk — `finish`, and also `error` and `abort` when
+the run fails or is stopped — so a client that answers an approval it received finds it stored.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import asyncio
 import secrets
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -41,28 +47,23 @@ from google.adk.events import Event
 from google.genai import types
 
 from agents.adk import AgentHost, ui_message_content
+from agents.events import agent_event
 from agents.tools import APPROVALS_STATE_KEY
-from gateway.core import chunks as c
 from gateway.core.approval import (
-    REJECTED_TEXT,
-    TERMINAL,
+    AgentReply,
     ApprovalBook,
     ApprovalRefused,
-    CallEvent,
-    CallRecord,
-    CallState,
-    Decision,
-    InvalidTransition,
-    Permission,
-    decision_from_response,
-    interrupt_result,
+    Confirmation,
+    RunInBrowser,
+    ToolOutcome,
 )
+from gateway.core.chunks import Chunk
 from gateway.core.converter import BrowserCall, NeedsApproval, ResponseConverter, message_replay_chunks
 from gateway.core.errors import ApprovalInvalid, BadRequest, ContinuationRefused, GatewayError, ModelTimedOut
 from gateway.core.jsonparse import JsonRejected
+from gateway.core.kinds import CONFIRMATION_TOOL
 from gateway.core.requests import (
     ChatRequest,
-    ToolPart,
     UIMessage,
     ValidationError,
     describe,
@@ -95,7 +96,8 @@ class TurnPlan:
     book: ApprovalBook
     new_message: types.Content | None = None
     state_delta: dict[str, Any] = field(default_factory=dict)
-    pre_chunks: list[c.Chunk] = field(default_factory=list)
+    # What the book says to show before the run (outcomes, re-announced browser tools), in order.
+    shown: tuple[ToolOutcome | RunInBrowser, ...] = ()
     awaiting_client: list[str] = field(default_factory=list)
     # Function responses appended to the session without running the model ("deny and stop").
     interrupt_responses: list[types.Part] = field(default_factory=list)
@@ -207,156 +209,71 @@ class ChatService:
         state = session.state if session is not None else {}
         book = ApprovalBook.from_state(state.get(APPROVALS_STATE_KEY))
         turn = dict(state.get(TURN_STATE_KEY) or {"asks": 0, "continuations": 0})
-        plan = TurnPlan(message_id=last.id, book=book, turn=turn, replay_prefix=message_replay_chunks(last.parts))
-        responses: list[types.Part] = []
-        expired = {r.tool_call_id for r in book.expired(time.time(), self.approval_timeout_s)}
+        replay_prefix = message_replay_chunks(last.parts)
         try:
-            answers = self._answers(last.tool_parts(), book)
-            if session is None:
-                raise ContinuationRefused("This chat has nothing waiting for an answer.")
-            if not answers:
-                raise ContinuationRefused()
-            if turn.get("continuations", 0) + 1 > max(turn.get("asks", 0), 1):
-                log.warning("continuation_refused", chat_id=chat, turn=turn)
-                raise ContinuationRefused("More continuations than questions asked in this turn.")
-            turn["continuations"] = turn.get("continuations", 0) + 1
-            # Raises too for the same approval twice in one message.
-            stop_requested = self._apply_answers(plan, responses, answers, expired)
+            # Every part is checked before anything is applied: a refusal changes nothing.
+            answers = book.answers(last.tool_parts())
         except ApprovalRefused as exc:
             self.metrics.approvals_refused.inc()
             log.warning("approval_refused", chat_id=chat, approval_id=exc.approval_id, reason=exc.reason)
             raise ApprovalInvalid(detail=str(exc)) from None
+        if session is None:
+            raise ContinuationRefused("This chat has nothing waiting for an answer.")
+        if not answers:
+            raise ContinuationRefused()
+        if turn.get("continuations", 0) + 1 > max(turn.get("asks", 0), 1):
+            log.warning("continuation_refused", chat_id=chat, turn=turn)
+            raise ContinuationRefused("More continuations than questions asked in this turn.")
+        turn["continuations"] = turn.get("continuations", 0) + 1
 
-        if stop_requested:
-            self._interrupt(plan, book)
-        else:
-            plan.new_message = types.Content(role="user", parts=responses) if responses else None
+        continuation = book.answer(answers, now=time.time(), timeout_s=self.approval_timeout_s)
+        for decision in continuation.decisions:
+            self.metrics.approvals_answered.labels(decision=decision.value).inc()
+        # An approved browser tool told to run now is a question the next continuation answers.
+        turn["asks"] = turn.get("asks", 0) + len(continuation.awaiting_client)
+        replies = [_agent_part(reply) for reply in continuation.replies]
+        plan = TurnPlan(
+            message_id=last.id,
+            book=book,
+            turn=turn,
+            replay_prefix=replay_prefix,
+            shown=continuation.shown,
+            awaiting_client=continuation.awaiting_client,
+        )
+        if continuation.interrupted:
+            plan.interrupted = True
+            plan.interrupt_responses = replies
+        elif replies:
+            plan.new_message = types.Content(role="user", parts=replies)
         plan.state_delta = {APPROVALS_STATE_KEY: book.to_state(), TURN_STATE_KEY: dict(turn)}
         return plan
-
-    def _apply_answers(
-        self,
-        plan: TurnPlan,
-        responses: list[types.Part],
-        answers: list[tuple[ToolPart, CallRecord, Decision | None]],
-        expired: set[str],
-    ) -> bool:
-        """Turns each answer into function responses and chunks; True when the user chose "deny and stop"."""
-        book = plan.book
-        stop_requested = False
-        for part, record, decision in answers:
-            if record.tool_call_id in expired:
-                book.settle(record.tool_call_id, CallEvent.FAIL)
-                plan.pre_chunks.append(c.ToolOutputError(toolCallId=record.tool_call_id,
-                                                         errorText="The approval timed out."))
-                if record.confirmation_id:
-                    responses.append(_confirmation_response(record.confirmation_id, confirmed=False))
-                else:
-                    responses.append(_tool_response(record, {"error": "The approval timed out."}))
-                continue
-            if decision is not None:
-                if record.state is CallState.APPROVAL_REQUESTED:
-                    record = book.respond(record.approval_id or "", record.tool_call_id, decision)
-                self.metrics.approvals_answered.labels(decision=decision.value).inc()
-                if decision is Decision.DENY_AND_STOP:
-                    stop_requested = True
-                    continue
-            if stop_requested:
-                continue
-            self._answer(plan, responses, part, record, decision)
-
-        return stop_requested
-
-    def _answers(
-        self, parts: list[ToolPart], book: ApprovalBook
-    ) -> list[tuple[ToolPart, CallRecord, Decision | None]]:
-        """Pairs each tool part the client answered with the gateway's record of that call."""
-        answers: list[tuple[ToolPart, CallRecord, Decision | None]] = []
-        for part in parts:
-            record = book.calls.get(part.toolCallId)
-            if part.state == "approval-responded":
-                if part.approval is None or part.approval.approved is None:
-                    raise BadRequest("An approval-responded part needs approval.id and approval.approved.")
-                record = book.check(part.approval.id, part.toolCallId)
-                answers.append((part, record, decision_from_response(part.approval.approved, part.approval.reason)))
-            elif part.state in ("output-available", "output-error") and record is not None and record.browser:
-                if record.state is CallState.APPROVAL_REQUESTED:
-                    approval = part.approval
-                    if approval is None or approval.approved is not True:
-                        raise ApprovalRefused("unapproved", record.approval_id or "")
-                    record = book.check(approval.id, part.toolCallId)
-                    answers.append((part, record, decision_from_response(True, approval.reason)))
-                elif record.state in (CallState.INPUT_AVAILABLE, CallState.APPROVAL_RESPONDED):
-                    answers.append((part, record, None))
-        return answers
-
-    def _answer(
-        self,
-        plan: TurnPlan,
-        responses: list[types.Part],
-        part: ToolPart,
-        record: CallRecord,
-        decision: Decision | None,
-    ) -> None:
-        book = plan.book
-        approved = decision is None or decision.approved
-        if record.confirmation_id is not None:  # a server tool confirmed through ADK
-            responses.append(_confirmation_response(record.confirmation_id, confirmed=approved))
-            return
-        if not approved:  # a denied browser tool: the model hears ADK's usual rejection
-            book.settle(record.tool_call_id, CallEvent.DENY)
-            plan.pre_chunks.append(c.ToolOutputDenied(toolCallId=record.tool_call_id))
-            responses.append(_tool_response(record, {"error": REJECTED_TEXT}))
-            return
-        if part.state == "output-available":
-            book.settle(record.tool_call_id, CallEvent.OUTPUT)
-            output = part.output if isinstance(part.output, dict) else {"result": part.output}
-            responses.append(_tool_response(record, output))
-        elif part.state == "output-error":
-            book.settle(record.tool_call_id, CallEvent.FAIL)
-            responses.append(_tool_response(record, {"error": part.errorText or "The browser tool failed."}))
-        else:  # approved, not run yet: tell the browser to run it now
-            plan.pre_chunks.append(
-                c.ToolInputAvailable(toolCallId=record.tool_call_id, toolName=record.tool_name, input=part.input)
-            )
-            plan.awaiting_client.append(record.tool_call_id)
-            plan.turn["asks"] = plan.turn.get("asks", 0) + 1
-
-    def _interrupt(self, plan: TurnPlan, book: ApprovalBook) -> None:
-        """Deny and stop: every open call of the turn ends with the interrupt result, no model call."""
-        plan.interrupted = True
-        for record in book.pending():
-            with _ignore_illegal():
-                if record.state is CallState.APPROVAL_REQUESTED:
-                    record = book.respond(record.approval_id or "", record.tool_call_id, Decision.DENY_AND_STOP)
-                book.settle(record.tool_call_id, CallEvent.DENY if record.state is CallState.APPROVAL_RESPONDED
-                            else CallEvent.FAIL)
-            plan.pre_chunks.append(c.ToolOutputDenied(toolCallId=record.tool_call_id))
-            plan.interrupt_responses.append(_tool_response(record, {"error": interrupt_result()}))
 
     # --- running ---------------------------------------------------------------------------
 
     async def _execute(self, run: ChatRun, plan: TurnPlan, ctx: RequestContext, chat_id: str) -> None:
         book = plan.book
-        refused = frozenset(name for name, p in book.permissions.items() if p is Permission.NEVER) or _NONE_REFUSED
         converter = ResponseConverter(
-            message_id=plan.message_id, tool_kinds=self.host.tool_kind, refused_tools=refused
+            message_id=plan.message_id, tool_kinds=self.host.tool_kind, refused_tools=book.refused_tools(),
+            reported=book.reported,
         )
-        emit = run.log.append
         turn = plan.turn
+
+        def emit(chunks: Iterable[Chunk]) -> None:
+            for chunk in chunks:
+                run.log.append(chunk.to_wire())
+
         structlog.contextvars.bind_contextvars(chat_id=chat_id, request_id=ctx.request_id)
         started = time.monotonic()
         outcome = "ok"
         try:
-            for chunk in [*converter.start(), *plan.pre_chunks]:
-                emit(chunk.to_wire())
+            emit(converter.start())
+            emit(converter.show(plan.shown))
             for call_id in plan.awaiting_client:
                 converter.await_client(call_id)
             if plan.interrupted:
                 await self._append_interrupts(ctx.user_id, chat_id, plan)
                 await self._save(ctx.user_id, chat_id, book, turn)
-                for chunk in converter.finish("interrupted"):
-                    emit(chunk.to_wire())
+                emit(converter.finish("interrupted"))
                 return
             if plan.new_message is not None:
                 events = self.host.run(ctx.user_id, chat_id, plan.new_message, state_delta=plan.state_delta)
@@ -368,18 +285,16 @@ class ChatService:
             # re-announced) writes here only.
             if plan.new_message is None or self._changed(plan, book, turn):
                 await self._save(ctx.user_id, chat_id, book, turn)
-            for chunk in converter.finish():
-                emit(chunk.to_wire())
+            emit(converter.finish())
         except LlmCallsLimitExceededError:
             outcome = "limit"
             log.warning("llm_call_limit", chat_id=chat_id, limit=self.host.max_llm_calls)
             await self._save_quietly(ctx.user_id, chat_id, book, turn)
-            for chunk in converter.finish("length", {"finishDetail": "max_llm_calls"}):
-                emit(chunk.to_wire())
+            emit(converter.finish("length", {"finishDetail": "max_llm_calls"}))
         except asyncio.CancelledError:
             outcome = "stopped"
             await self._save_while_stopping(ctx.user_id, chat_id, book, turn)
-            emit(c.Abort(reason="stopped").to_wire())
+            emit(converter.abort("stopped"))
             raise
         except Exception as exc:
             # A bound that fired (model or store timeout) says so; anything else is a bug or an
@@ -393,8 +308,7 @@ class ChatService:
                 text = known.message
                 log.warning("run_failed", chat_id=chat_id, code=known.error_code, detail=known.detail)
             await self._save_quietly(ctx.user_id, chat_id, book, turn)
-            for chunk in converter.error(text):
-                emit(chunk.to_wire())
+            emit(converter.error(text))
         finally:
             if converter.errored and outcome == "ok":
                 outcome = "model_error"
@@ -402,9 +316,10 @@ class ChatService:
             elapsed = time.monotonic() - started
             self.metrics.runs_finished.labels(outcome=outcome).inc()
             self.metrics.run_seconds.observe(elapsed)
-            # One line per run: who, which chat, how it ended and how long it took (never the prompt).
+            # One line per run: who, which chat, how it ended, how long it took and the tokens it
+            # used (never the prompt).
             log.info("run_finished", user_id=ctx.user_id, chat_id=chat_id, outcome=outcome,
-                     duration_ms=round(elapsed * 1000, 1), detached=run.detached)
+                     duration_ms=round(elapsed * 1000, 1), detached=run.detached, usage=converter.usage)
             structlog.contextvars.unbind_contextvars("chat_id", "request_id")
 
     def _convert(
@@ -413,64 +328,33 @@ class ChatService:
         converter: ResponseConverter,
         book: ApprovalBook,
         turn: dict[str, int],
-        emit: Any,
+        emit: Callable[[Iterable[Chunk]], None],
     ) -> None:
         if event.error_code == LlmCallsLimitExceededError.__name__:
             # ADK yields the limit as an error event, then raises it: `_execute` ends the response
             # with finish{length}, which an error chunk here would suppress.
             return
-        result = converter.convert(event)
-        for chunk in result.chunks:
-            if self._already_settled(book, chunk):
-                # One outcome per call: e.g. ADK's rejection of a call whose approval timed out,
-                # which the gateway already ended with `tool-output-error`.
-                continue
-            self._settle_from_chunk(book, chunk)
-            emit(chunk.to_wire())
+        result = converter.convert(agent_event(event))
+        emit(result.chunks)
         for effect in result.effects:
             if isinstance(effect, NeedsApproval):
-                record = book.track(effect.tool_call_id, effect.tool_name, browser=effect.browser)
-                automatic = effect.browser and book.permission(effect.tool_name) is Permission.ALWAYS
-                if record.state is not CallState.INPUT_AVAILABLE:
-                    continue
-                if automatic:
-                    # "Always allowed" in this chat: not asked. The call is announced as a browser
-                    # tool to run now, and a page that answered "always" runs it at once (ai 6 has
-                    # no chunk for an automatic approval; ai 7's request + response pair would cost
-                    # an extra round trip before the browser may run it).
-                    turn["asks"] = turn.get("asks", 0) + 1
-                    continue
-                approval_id = _new_approval_id()
-                book.request_approval(
-                    effect.tool_call_id, approval_id, now=time.time(), confirmation_id=effect.confirmation_id
+                ask = book.ask(
+                    effect.tool_call_id, effect.tool_name, browser=effect.browser,
+                    confirmation_id=effect.confirmation_id, approval_id=_new_approval_id(), now=time.time(),
                 )
+                if ask is None:
+                    continue
                 turn["asks"] = turn.get("asks", 0) + 1
-                self.metrics.approvals_issued.inc()
-                emit(c.ToolApprovalRequest(approvalId=approval_id, toolCallId=effect.tool_call_id).to_wire())
+                # Without an approval id the tool is "always allowed" in this chat: not asked. The
+                # call is announced as a browser tool to run now, and a page that answered "always"
+                # runs it at once (ai 6 has no chunk for an automatic approval; ai 7's request +
+                # response pair would cost an extra round trip before the browser may run it).
+                if ask.approval_id is not None:
+                    self.metrics.approvals_issued.inc()
+                emit(converter.show([ask]))
             elif isinstance(effect, BrowserCall):
                 book.track(effect.tool_call_id, effect.tool_name, browser=True)
                 turn["asks"] = turn.get("asks", 0) + 1
-
-    @staticmethod
-    def _already_settled(book: ApprovalBook, chunk: c.Chunk) -> bool:
-        if not isinstance(chunk, c.ToolOutputAvailable | c.ToolOutputDenied | c.ToolOutputError):
-            return False
-        record = book.calls.get(chunk.toolCallId)
-        return record is not None and record.state in TERMINAL
-
-    @staticmethod
-    def _settle_from_chunk(book: ApprovalBook, chunk: c.Chunk) -> None:
-        events: dict[type[c.Chunk], CallEvent] = {
-            c.ToolOutputAvailable: CallEvent.OUTPUT,
-            c.ToolOutputDenied: CallEvent.DENY,
-            c.ToolOutputError: CallEvent.FAIL,
-        }
-        event = events.get(type(chunk))
-        call_id = getattr(chunk, "toolCallId", None)
-        if event is None or call_id not in book.calls:
-            return
-        with _ignore_illegal():
-            book.settle(call_id, event)
 
     async def _append_interrupts(self, user: str, chat: str, plan: TurnPlan) -> None:
         if not plan.interrupt_responses:
@@ -512,9 +396,6 @@ class ChatService:
             log.info("state_save_continues_after_stop", chat_id=chat)
 
 
-_NONE_REFUSED: Final[frozenset[str]] = frozenset()
-
-
 def _continues(earlier: list[Any], synced: Any) -> bool:
     """True when the posted messages before the last begin with the ones the session has run
     (`synced`: [count, digest]) and add only the assistant's answers to them."""
@@ -538,25 +419,12 @@ def _gateway_error(exc: BaseException) -> GatewayError | None:
     return None
 
 
-class _ignore_illegal:
-    """Outcome bookkeeping after the fact must not fail a run whose chunks are already sent."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
-        return exc_type is not None and issubclass(exc_type, InvalidTransition)
-
-
-def _confirmation_response(confirmation_id: str, *, confirmed: bool) -> types.Part:
-    return types.Part(
-        function_response=types.FunctionResponse(
-            name="adk_request_confirmation", id=confirmation_id, response={"confirmed": confirmed}
+def _agent_part(reply: AgentReply) -> types.Part:
+    """What the book says to tell the agent, as an ADK function response."""
+    if isinstance(reply, Confirmation):
+        response = types.FunctionResponse(
+            name=CONFIRMATION_TOOL, id=reply.confirmation_id, response={"confirmed": reply.confirmed}
         )
-    )
-
-
-def _tool_response(record: CallRecord, response: dict[str, Any]) -> types.Part:
-    return types.Part(
-        function_response=types.FunctionResponse(name=record.tool_name, id=record.tool_call_id, response=response)
-    )
+    else:
+        response = types.FunctionResponse(name=reply.tool_name, id=reply.tool_call_id, response=reply.response)
+    return types.Part(function_response=response)

@@ -1,12 +1,19 @@
 """One live (audio) session: a WebSocket's live extension bridged to ADK `run_live`.
 
-Theory of operation
--------------------
+How it works
+------------
+`start_live()` is the one call that opens a session for a connection: it claims the chat (one
+answerer per chat; `--max-live-sessions`), creates the session and its `StreamLog`, makes the log
+the chat's resumable stream and starts the session as the chat's run. The caller gets a
+`LiveHandle` to drive the session with; its `deliver` follows the log to the client, exactly as a chat run's
+response is delivered (`transports.base.deliver`: the same chunk-version adapter, the same
+slow-reader guard), and a `resume` for the chat follows the same log.
+
 `LiveSession.run()` opens an ADK live invocation for the chat (`AgentHost.run_live` with a
-`LiveRequestQueue`) and runs two tasks it owns until `stop()`, cancellation, or the end of the
-invocation: the *consumer* turns ADK events into UI message chunks, the *writer* hands those chunks,
-in order, to `emit`. Every producer of chunks (the consumer, the client-facing methods, the tool
-gate) appends to one outbox, so chunk order is the order of decisions, whoever makes them.
+`LiveRequestQueue`) and runs, in one task group, the *answerer* (it turns the invocation's
+events into chunks and appends them to the log) and the delivery, until `stop()`, cancellation,
+or the end of the invocation. The first failure of the delivery cancels the rest; a failure of
+the answerer is told to the client (an `error` chunk) before the session ends with it.
 
 Input. The client-facing methods are synchronous and only put requests on the queue: audio frames
 are validated, resampled to 16 kHz with one `Resampler` per session, and sent as realtime blobs;
@@ -14,149 +21,175 @@ activity start/end mark the user's utterances (in hands-free mode an `EnergyVad`
 ~300 ms of audio before a detected start is replayed after it so the onset is not lost). Voice
 detection is always the gateway's: the model's own is switched off in the `RunConfig`.
 
-Output. Each model turn is one complete UI message: `start` (a new messageId), `start-step`, its
-parts, `finish-step`, `finish`. ADK gives every live response a fresh event id, so turns and steps
-are tracked here rather than by `ResponseConverter` (whose chunk shapes are reused):
-
-- the model's speech transcript and its text become one text part per step (partials stream as
-  deltas; the aggregated copy that follows is skipped); thoughts become reasoning parts;
-- audio becomes transient `data-pcm` chunks (not stored in the client's message);
-- the user's speech becomes a `data-transcription` part `{role: "user", text, finished}` with a
-  stable id, updated in place as the transcription grows;
-- `turn_complete` ends the message with `finish` (`stop`); the model's `interrupted` with
-  `interrupted` (`stop` for an ai 6 client).
+Output. Each model turn is one complete UI message, written by a `LiveTurn` (the core's engine,
+`gateway.core.converter`): `start` (a new messageId), steps, its parts, `finish`. This module
+only decides when a turn ends: `turn_complete` ends it with `finish` (`stop`), the model's
+`interrupted` with `interrupted`, a model error with `error`.
 
 Barge-in. `interrupt()`, `activity_start()` (also from the VAD) and new text or images cut the
-open turn at once: audio not yet handed to `emit` is dropped from the outbox, the turn ends with
-`finish`, and what the model still sends for it is discarded until it acknowledges with
-`interrupted` (or `turn_complete`). `interrupt()` tells the model with an empty activity.
+open turn at once: audio the client has not received is dropped from the log
+(`StreamLog.discard_unread`), the turn ends with `finish`, and what the model still sends for it
+is discarded until it acknowledges with `interrupted` (or `turn_complete`). `interrupt()` tells
+the model with an empty activity.
 
-Tools. ADK runs tools inside `run_live`, but cannot confirm them there, so `PermissionPlugin` asks
-this session (the `LiveToolGate` attached for our queue). A call that needs approval is held: the
-session issues an approval id, sends `tool-approval-request` and `finish-step` once the call has
-been announced, and waits for `answer_approval` (or the approval timeout, which ends the call as a
-tool error). A browser tool waits for `tool_output`, which becomes the tool's result. Every wait is
-released with an error result when its turn is cut or the session ends.
+Memory. The log's byte cap bounds what waits for the client: a client that reads slower than the
+model speaks falls behind its budget and is cut as a slow reader, so nothing grows without bound.
 
-Cleanup. `run()` always closes the queue, releases every wait, cancels and awaits both tasks and
-detaches from the plugin; cancellation propagates. A graceful `stop()` lets ADK finish (bounded),
-closes an open turn with `finish` and drains the outbox first.
+Tools (the section "held calls" below). ADK runs tools inside `run_live`, but cannot confirm them
+there, so `PermissionPlugin` asks this session (the `LiveToolGate` attached for our queue). The
+session's `LiveBook` (gateway.core.approval, the one approval authority) decides everything about
+those calls; the session keeps only a future per held call and carries out what the book says. A
+call that needs approval is held: once the call has been announced, the client gets
+`tool-approval-request` and the step ends; the session waits for `answer_approval` (or the
+approval timeout, which ends the call as a tool error). A browser tool waits for `tool_output`,
+which becomes the tool's result. Every wait is released with an error result when its turn is
+cut or the session ends.
+
+Cleanup. `run()` always closes the queue, releases every wait, detaches from the plugin, ends an
+open turn with `finish` and closes the log; cancellation propagates. A graceful `stop()` lets ADK
+finish (bounded) and lets the delivery send what was decided (bounded) first.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
-import re
 import secrets
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from contextlib import aclosing
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 from google.adk.agents.live_request_queue import LiveRequestQueue
 from google.adk.agents.run_config import RunConfig, StreamingMode  # type: ignore[attr-defined]
-from google.adk.events import Event
 from google.genai import types
 
 from agents.adk import AgentHost
-from agents.tools import APPROVALS_STATE_KEY, PLUGIN_NAME, LiveApproval, PermissionPlugin
+from agents.events import agent_event
+from agents.tools import APPROVALS_STATE_KEY, PLUGIN_NAME, PermissionPlugin
 from gateway.core import chunks as c
 from gateway.core.approval import (
-    INTERRUPT_TEXT,
-    REJECTED_TEXT,
-    ApprovalBook,
+    ENDED_TEXT,
+    TIMEOUT_TEXT,
     ApprovalRefused,
-    Decision,
+    HeldAnswer,
+    Hold,
+    LiveApproval,
+    LiveBook,
+    LiveStep,
     Permission,
-    decision_from_response,
-    interrupt_result,
 )
-from gateway.core.converter import add_usage, map_finish_reason, safe_error_text
-from gateway.core.pcm import INPUT_RATE, OUTPUT_RATE, float_to_pcm16, pcm16_to_float, validate_frame, validate_rate
+from gateway.core.converter import LiveTurn, map_finish_reason, result_outcome
+from gateway.core.errors import ApprovalInvalid
+from gateway.core.events import AgentEvent, FunctionCall, FunctionResponse
+from gateway.core.pcm import INPUT_RATE, float_to_pcm16, pcm16_to_float, validate_frame, validate_rate
+from gateway.core.requests import LiveApprovalFrame, LiveControlFrame, LiveTextFrame, LiveToolOutputFrame
 from gateway.core.resample import Resampler
 from gateway.core.vad import EnergyVad, VadEventKind
+from gateway.metrics import Metrics
+from gateway.services.streams import StreamLog
 
-__all__ = ["LiveSession", "pcm_chunk_data"]
+if TYPE_CHECKING:
+    from gateway.services.chat import ChatService
+    from gateway.services.registry import ChatRun, Connection
+
+__all__ = [
+    "ENDED_TEXT",
+    "TIMEOUT_TEXT",
+    "Deliver",
+    "LiveFrame",
+    "LiveHandle",
+    "LiveOptions",
+    "LiveSession",
+    "start_live",
+]
 
 log = structlog.get_logger("gateway.services.live")
 
-Emit = Callable[[dict[str, Any]], Awaitable[None]]
+# Follows a session's log to its client until the log is closed and read.
+Deliver = Callable[[StreamLog], Coroutine[Any, Any, None]]
+# The frames a running session carries out (`LiveSession.apply`); images come decoded (`send_image`).
+LiveFrame = LiveTextFrame | LiveApprovalFrame | LiveToolOutputFrame | LiveControlFrame
 
 INPUT_MIME: Final = f"audio/pcm;rate={INPUT_RATE}"
-ENDED_TEXT: Final = "The live session ended."
-TIMEOUT_TEXT: Final = "The approval timed out."
-CUT_TEXT: Final = "Interrupted by the user."
-STOP_GRACE_S: Final = 2.0  # how long a graceful stop waits for ADK and for the client
-OUTBOX_HIGH: Final = 256  # the consumer waits while more chunks than this are unsent
+FAILED_TEXT: Final = "The live session failed."
+STOP_GRACE_S: Final = 2.0  # how long a graceful stop waits for ADK, then for the client
 PREROLL_MS: Final = 300
-_RATE = re.compile(r"rate=(\d+)")
+LOG_BYTES: Final = 8 * 1024 * 1024  # a session's log cap when none is given (`--stream-buffer-bytes`)
+PCM_CHUNK: Final = "data-pcm"
 
 
-def pcm_chunk_data(pcm: bytes, sample_rate: int = OUTPUT_RATE) -> dict[str, Any]:
-    """The `data` of a `data-pcm` chunk."""
-    return {"content": base64.b64encode(pcm).decode("ascii"), "sampleRate": sample_rate, "channels": 1,
-            "bitDepth": 16}
+@dataclass(frozen=True, slots=True)
+class LiveOptions:
+    """How a live session listens (from the `live-start` frame and the settings)."""
+
+    input_rate: int = INPUT_RATE
+    hands_free: bool = False
+    vad_silence_ms: int = 700
+    vad_threshold_dbfs: float = -45.0
+    approval_timeout_s: float = 0.0
 
 
-def _audio_rate(mime_type: str) -> int:
-    match = _RATE.search(mime_type)
-    return int(match.group(1)) if match else OUTPUT_RATE
+@dataclass(frozen=True, slots=True)
+class LiveHandle:
+    """A running live session, as the connection that opened it drives it."""
+
+    session: LiveSession
+    run: ChatRun
+
+    @property
+    def active(self) -> bool:
+        """Until the session's run has ended (also one stopped before it began)."""
+        return self.run.active
 
 
-def _failure(task: asyncio.Task[Any]) -> BaseException | None:
-    return task.exception() if task.done() and not task.cancelled() else None
+async def start_live(
+    service: ChatService,
+    conn: Connection,
+    *,
+    user_id: str,
+    chat_id: str,
+    options: LiveOptions,
+    deliver: Deliver,
+) -> LiveHandle:
+    """Opens a live session for `conn` (see the module docstring) and returns it running;
+    `deliver` follows the session's log to the client.
+
+    Raises:
+        GatewayError: before anything starts — the chat is busy (`ChatBusy`), or the process runs
+            `--max-live-sessions` already (`Overloaded`).
+    """
+    key = (user_id, chat_id)
+    stream_log = StreamLog(key=key, max_bytes=service.stream_max_bytes)
+    session = LiveSession(
+        service.host, user_id=user_id, chat_id=chat_id, log=stream_log, input_rate=options.input_rate,
+        hands_free=options.hands_free, vad_silence_ms=options.vad_silence_ms,
+        vad_threshold_dbfs=options.vad_threshold_dbfs, approval_timeout_s=options.approval_timeout_s,
+        metrics=service.metrics,
+    )
+    # A live session holds its chat like a run: one answerer per chat at a time.
+    run = await service.registry.claim(key, conn, stream_log, live=True)
+    run.detached = False  # a live session never outlives its connection
+    try:
+        service.streams.add(stream_log)
+    except BaseException:
+        service.registry.release_unstarted(run)
+        raise
+
+    async def body() -> None:
+        try:
+            await session.run(deliver)
+        except Exception as exc:
+            log.exception("live_failed", chat_id=chat_id, error=repr(exc))
+
+    service.registry.start(run, body())
+    return LiveHandle(session, run)
 
 
-def _json_safe(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
-
-
-@dataclass(slots=True)
-class _Out:
-    wire: dict[str, Any]
-    pcm_turn: int | None = None  # set for data-pcm chunks (their turn), so a barge-in can drop them unsent
-
-
-@dataclass(eq=False)
-class _Turn:
-    """Per-turn state; a new one for every model turn."""
-
-    seq: int
-    message_id: str
-    in_step: bool = False
-    text_id: str | None = None
-    reasoning_id: str | None = None
-    text_streamed: bool = False
-    reasoning_streamed: bool = False
-    transcript_streamed: bool = False
-    model_output: bool = False
-    part_counter: int = 0
-    user_text: str = ""
-    user_part: int = 0
-    usage: dict[str, int] = field(default_factory=dict)
-    calls: list[str] = field(default_factory=list)
-
-    def next_id(self, prefix: str) -> str:
-        self.part_counter += 1
-        return f"{prefix}-{self.message_id}-{self.part_counter}"
-
-
-@dataclass(eq=False)
-class _Held:
-    """A tool call the plugin holds until the client answers."""
-
-    call_id: str
-    tool_name: str
-    browser: bool
-    kind: Literal["approval", "output"]
-    future: asyncio.Future[Any]
-    approval_id: str | None = None
-    issued: bool = False
+def _new_approval_id() -> str:
+    return f"apr-{secrets.token_urlsafe(18)}"
 
 
 class LiveSession:
@@ -168,22 +201,22 @@ class LiveSession:
         *,
         user_id: str,
         chat_id: str,
-        emit: Emit,
+        log: StreamLog | None = None,
         input_rate: int = INPUT_RATE,
         hands_free: bool = False,
         vad_silence_ms: int = 700,
         vad_threshold_dbfs: float = -45.0,
         approval_timeout_s: float = 0.0,
-        major: int = 6,
+        metrics: Metrics | None = None,
     ) -> None:
         self.host = host
+        self.metrics = metrics
         self.user_id = user_id
         self.chat_id = chat_id
+        self.log = log if log is not None else StreamLog(key=(user_id, chat_id), max_bytes=LOG_BYTES)
         self.input_rate = validate_rate(input_rate)
         self.hands_free = hands_free
         self.approval_timeout_s = approval_timeout_s
-        self.major = major
-        self._emit = emit
         self._queue = LiveRequestQueue()
         self._resampler = Resampler(self.input_rate, INPUT_RATE) if self.input_rate != INPUT_RATE else None
         self._vad = (
@@ -195,28 +228,17 @@ class LiveSession:
         self._preroll_bytes = 0
         self._user_active = False
         # Output.
-        self._outbox: deque[_Out] = deque()
-        self._out_ready = asyncio.Event()
-        self._room = asyncio.Event()
-        self._room.set()
-        self._out_closed = False
-        self._turn: _Turn | None = None
+        self._turn = self._new_turn()
         self._turns = 0
         self._discarding = False
-        # Tools.
-        self._permissions: dict[str, Permission] = {}
-        self._call_info: dict[str, tuple[str, Any]] = {}  # call id -> (tool name, input)
-        self._announced: set[str] = set()
-        self._settled: set[str] = set()
-        self._cut_calls: set[str] = set()
-        self._held: dict[str, _Held] = {}
-        self._approvals: dict[str, _Held] = {}
-        self._answered: set[str] = set()
-        self._early_outputs: dict[str, dict[str, Any]] = {}
-        # Life cycle.
+        # Held calls (see that section): the book decides, the futures wait.
+        self._book = LiveBook()
+        self._waiting: dict[str, asyncio.Future[HeldAnswer]] = {}
+        # Life cycle: `_stop` is set by `stop()` and when the invocation ends.
         self._stop = asyncio.Event()
         self._started = False
         self._closing = False
+        self._failure: Exception | None = None
 
     # --- client-facing -----------------------------------------------------------------------
 
@@ -290,129 +312,38 @@ class LiveSession:
         blob = types.Blob(mime_type=media_type or "application/octet-stream", data=bytes(data))
         self._queue.send_content(types.Content(role="user", parts=[types.Part(inline_data=blob)]))
 
-    def answer_approval(self, approval_id: str, approved: bool, reason: str | None) -> None:
-        """Answers a `tool-approval-request` of this session; raises `ApprovalRefused` otherwise."""
-        held = self._approvals.pop(approval_id, None)
-        if held is None:
-            raise ApprovalRefused("answered" if approval_id in self._answered else "unknown", approval_id)
-        self._answered.add(approval_id)
-        decision = decision_from_response(approved, reason)
-        if decision is Decision.ALLOW_ALWAYS:
-            self._permissions[held.tool_name] = Permission.ALWAYS
-        elif decision is Decision.DENY_NEVER:
-            self._permissions[held.tool_name] = Permission.NEVER
-        if decision is Decision.DENY_AND_STOP:
-            answer = LiveApproval(approved=False, decision=decision, error=interrupt_result())
-        else:
-            answer = LiveApproval(approved=decision.approved, decision=decision)
-        if held.browser and decision.approved:
-            # The browser's signal to run the tool now, as on the HTTP path.
-            name, args = self._call_info.get(held.call_id, (held.tool_name, {}))
-            self._push(c.ToolInputAvailable(toolCallId=held.call_id, toolName=name, input=args))
-        if not held.future.done():
-            held.future.set_result(answer)
-
-    def tool_output(self, tool_call_id: str, output: Any = None, error_text: str | None = None) -> None:
-        """The browser's result for a browser tool call; unknown or settled calls are ignored."""
-        if error_text is not None:
-            result: dict[str, Any] = {"error": error_text}
-        elif isinstance(output, dict) and output:
-            result = _json_safe(output)
-        else:
-            result = {"result": _json_safe(output)}
-        held = self._held.get(tool_call_id)
-        if held is not None and held.kind == "output":
-            if not held.future.done():
-                held.future.set_result(result)
-            return
-        info = self._call_info.get(tool_call_id)
-        if info is None or tool_call_id in self._settled or tool_call_id in self._cut_calls:
-            log.warning("live_tool_output_ignored", tool_call_id=tool_call_id)
-            return
-        if not self.host.tool_kind(info[0]).browser:
-            log.warning("live_tool_output_ignored", tool_call_id=tool_call_id, reason="not a browser tool")
-            return
-        self._early_outputs[tool_call_id] = result
-
     def stop(self) -> None:
         self._stop.set()
 
-    # --- the tool gate (called by PermissionPlugin inside ADK's tool pipeline) ----------------
+    def apply(self, frame: LiveFrame) -> None:
+        """Carries out a live frame of the client: text, an approval's answer, a browser tool's
+        output, an utterance's start or end, an interrupt, a stop.
 
-    async def request_approval(self, tool_call_id: str, tool_name: str, *, browser: bool) -> LiveApproval:
-        if self._closing:
-            return LiveApproval(approved=False, error=ENDED_TEXT)
-        if tool_call_id in self._cut_calls:
-            return LiveApproval(approved=False, error=interrupt_result())
-        held = _Held(tool_call_id, tool_name, browser, "approval", asyncio.get_running_loop().create_future())
-        self._held[tool_call_id] = held
-        if tool_call_id in self._announced:
-            self._issue(held)
-        try:
-            if self.approval_timeout_s > 0:
-                try:
-                    async with asyncio.timeout(self.approval_timeout_s):
-                        answer: LiveApproval = await held.future
-                except TimeoutError:
-                    log.info("live_approval_timeout", tool_call_id=tool_call_id)
-                    return LiveApproval(approved=False, error=TIMEOUT_TEXT)
-                return answer
-            answer = await held.future
-            return answer
-        finally:
-            self._forget(held)
-
-    async def browser_output(self, tool_call_id: str, tool_name: str) -> dict[str, Any]:
-        if self._closing:
-            return {"error": ENDED_TEXT}
-        if tool_call_id in self._cut_calls:
-            return {"error": interrupt_result()}
-        early = self._early_outputs.pop(tool_call_id, None)
-        if early is not None:
-            return early
-        held = _Held(tool_call_id, tool_name, True, "output", asyncio.get_running_loop().create_future())
-        self._held[tool_call_id] = held
-        if tool_call_id in self._announced:
-            self._issue(held)
-        try:
-            result: dict[str, Any] = await held.future
-            return result
-        finally:
-            self._forget(held)
-
-    def _forget(self, held: _Held) -> None:
-        if self._held.get(held.call_id) is held:
-            del self._held[held.call_id]
-        if held.approval_id is not None and self._approvals.get(held.approval_id) is held:
-            del self._approvals[held.approval_id]
-            self._answered.add(held.approval_id)
-
-    def _issue(self, held: _Held) -> None:
-        """Tells the client a call waits for it (after the call was announced), then ends the step."""
-        if held.issued:
-            return
-        held.issued = True
-        if held.kind == "approval":
-            held.approval_id = f"apr-{secrets.token_urlsafe(18)}"
-            self._approvals[held.approval_id] = held
-            self._push(c.ToolApprovalRequest(approvalId=held.approval_id, toolCallId=held.call_id))
-        turn = self._turn
-        if turn is not None and turn.in_step:
-            self._close_parts(turn)
-            self._push(c.FinishStep())
-            turn.in_step = False
-
-    def _release_all(self, text: str) -> None:
-        for held in list(self._held.values()):
-            self._release(held, text)
-
-    def _release(self, held: _Held, text: str) -> None:
-        if held.future.done():
-            return
-        if held.kind == "approval":
-            held.future.set_result(LiveApproval(approved=False, error=text))
+        Raises:
+            ApprovalInvalid: the frame answers an approval this session did not issue, or one
+                already answered.
+        """
+        if isinstance(frame, LiveTextFrame):
+            self.send_text(frame.text)
+        elif isinstance(frame, LiveApprovalFrame):
+            try:
+                self.answer_approval(frame.approvalId, frame.approved, frame.reason)
+            except ApprovalRefused as exc:
+                if self.metrics is not None:
+                    self.metrics.approvals_refused.inc()
+                log.warning("approval_refused", approval_id=exc.approval_id, reason=exc.reason)
+                raise ApprovalInvalid("This approval was not issued for this live session, or was already "
+                                      "answered.", detail=str(exc)) from None
+        elif isinstance(frame, LiveToolOutputFrame):
+            self.tool_output(frame.toolCallId, frame.output, frame.errorText)
+        elif frame.type == "live-activity-start":
+            self.activity_start()
+        elif frame.type == "live-activity-end":
+            self.activity_end()
+        elif frame.type == "live-interrupt":
+            self.interrupt()
         else:
-            held.future.set_result({"error": text})
+            self.stop()
 
     # --- running -----------------------------------------------------------------------------
 
@@ -429,8 +360,14 @@ class LiveSession:
             max_llm_calls=self.host.max_llm_calls,
         )
 
-    async def run(self) -> None:
-        """Runs until `stop()`, cancellation, or the end of the live invocation."""
+    async def run(self, deliver: Deliver | None = None) -> None:
+        """Runs until `stop()`, cancellation, or the end of the live invocation; `deliver`
+        (optional) follows the log to the client meanwhile.
+
+        Raises:
+            Exception: what failed — the delivery (at once), or the answerer (once the client
+                has been told and the delivery has sent what it could).
+        """
         if self._started:
             raise RuntimeError("a LiveSession runs only once")
         self._started = True
@@ -438,348 +375,229 @@ class LiveSession:
         if not isinstance(plugin, PermissionPlugin):
             plugin = None
             log.warning("live_without_permission_plugin", chat_id=self.chat_id)
-        tasks: list[asyncio.Task[Any]] = []
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                delivery: asyncio.Task[None] | None = None
+                if deliver is not None:
+                    delivery = tasks.create_task(deliver(self.log), name=f"live-deliver:{self.chat_id}")
+                answerer = tasks.create_task(self._answer(plugin), name=f"live-answer:{self.chat_id}")
+                await self._stop.wait()
+                await self._wind_down(answerer, delivery)
+        except BaseExceptionGroup as group:
+            # Only the delivery fails inside the group (the answerer reports its failure in the
+            # log and keeps it for below): its error is the session's.
+            raise group.exceptions[0] from None
+        finally:
+            self._closing = True
+            self._queue.close()
+            self._carry_out(self._book.close())
+            if plugin is not None:
+                plugin.detach_live(self._queue)
+            self._end_turn("interrupted")
+            self.log.close()
+        if self._failure is not None:
+            raise self._failure
+        log.info("live_ended", chat_id=self.chat_id, turns=self._turns)
+
+    async def _wind_down(self, answerer: asyncio.Task[None], delivery: asyncio.Task[None] | None) -> None:
+        """A graceful end: ADK finishes the invocation once the queue is closed (bounded), then an
+        open turn ends with `finish` and the client gets what was decided (bounded)."""
+        self._closing = True
+        self._queue.close()
+        self._carry_out(self._book.close())
+        if not answerer.done():
+            await asyncio.wait([answerer], timeout=STOP_GRACE_S)
+            answerer.cancel()
+            await asyncio.wait([answerer])
+        self._end_turn("interrupted")
+        self.log.close()
+        if delivery is not None and not delivery.done():
+            await asyncio.wait([delivery], timeout=STOP_GRACE_S)
+            delivery.cancel()
+
+    async def _answer(self, plugin: PermissionPlugin | None) -> None:
+        """The answerer: turns the invocation's events into chunks until it ends. A failure ends
+        the open turn with an `error` chunk; `run()` raises it once the client has it."""
         try:
             await self._prepare()
             if plugin is not None:
                 plugin.attach_live(self._queue, self)
-            writer = asyncio.create_task(self._write(), name=f"live-write:{self.chat_id}")
-            tasks.append(writer)
-            consumer = asyncio.create_task(self._consume(), name=f"live-consume:{self.chat_id}")
-            tasks.append(consumer)
-            stopper = asyncio.create_task(self._stop.wait(), name=f"live-stop:{self.chat_id}")
-            tasks.append(stopper)
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            self._closing = True
-            self._queue.close()
-            self._release_all(ENDED_TEXT)
-            if not consumer.done() and not writer.done():
-                # A graceful stop: ADK ends the invocation once the queue is closed.
-                await asyncio.wait([consumer, writer], timeout=STOP_GRACE_S, return_when=asyncio.FIRST_COMPLETED)
-            if not writer.done():
-                # Whatever was decided reaches the client, and an open turn still ends with `finish`.
-                self._end_turn("interrupted")
-                self._close_outbox()
-                await asyncio.wait([writer], timeout=STOP_GRACE_S)
-            failure = _failure(consumer) or _failure(writer)
-            if failure is not None:
-                raise failure
-            log.info("live_ended", chat_id=self.chat_id, turns=self._turns)
+            events = self.host.run_live(self.user_id, self.chat_id, self._queue, self.run_config())
+            async with aclosing(events) as stream:
+                async for event in stream:
+                    self._on_event(agent_event(event))
+        except Exception as exc:
+            self._failure = exc
+            self._turn.error(FAILED_TEXT)
+            self._end_turn("error")
         finally:
-            self._closing = True
-            self._queue.close()
-            self._release_all(ENDED_TEXT)
-            if plugin is not None:
-                plugin.detach_live(self._queue)
-            for task in tasks:
-                task.cancel()
-            if tasks:
-                await asyncio.wait(tasks)
-                for task in tasks:
-                    _failure(task)  # retrieved: raised above, or superseded by the error in flight
+            self._stop.set()
 
     async def _prepare(self) -> None:
         session = await self.host.get_session(self.user_id, self.chat_id)
         if session is None:
             session = await self.host.create_session(self.user_id, self.chat_id)
-        book = ApprovalBook.from_state(session.state.get(APPROVALS_STATE_KEY))
-        self._permissions = dict(book.permissions)
+        if not self._book.closed:  # (a session stopped meanwhile keeps its closed book)
+            self._book = LiveBook.for_chat(session.state.get(APPROVALS_STATE_KEY))
 
-    async def _consume(self) -> None:
-        events = self.host.run_live(self.user_id, self.chat_id, self._queue, self.run_config())
-        async with aclosing(events) as stream:
-            async for event in stream:
-                self._on_event(event)
-                while len(self._outbox) > OUTBOX_HIGH:
-                    self._room.clear()
-                    await self._room.wait()
+    # --- output: turns -----------------------------------------------------------------------
 
-    async def _write(self) -> None:
-        while True:
-            while self._outbox:
-                item = self._outbox.popleft()
-                if len(self._outbox) <= OUTBOX_HIGH // 2:
-                    self._room.set()
-                await self._emit(item.wire)
-            if self._out_closed:
-                return
-            self._out_ready.clear()
-            await self._out_ready.wait()
+    def _append(self, chunk: c.Chunk) -> None:
+        if not self.log.closed:
+            self.log.append(chunk.to_wire())
 
-    # --- output ------------------------------------------------------------------------------
-
-    def _push(self, chunk: c.Chunk, *, pcm_turn: int | None = None) -> None:
-        if self._out_closed:
-            return
-        adapted = c.for_client(chunk, self.major)
-        if adapted is None:
-            return
-        self._outbox.append(_Out(adapted.to_wire(), pcm_turn))
-        self._out_ready.set()
-
-    def _close_outbox(self) -> None:
-        self._out_closed = True
-        self._out_ready.set()
-
-    def _open_turn(self) -> _Turn:
-        if self._turn is None:
-            self._turns += 1
-            self._turn = _Turn(seq=self._turns, message_id=f"msg-{uuid.uuid4().hex}")
-            self._push(c.Start(messageId=self._turn.message_id))
-        return self._turn
-
-    def _open_step(self) -> _Turn:
-        turn = self._open_turn()
-        turn.model_output = True
-        if not turn.in_step:
-            self._push(c.StartStep())
-            turn.in_step = True
-        return turn
-
-    def _close_parts(self, turn: _Turn) -> None:
-        if turn.reasoning_id is not None:
-            self._push(c.ReasoningEnd(id=turn.reasoning_id))
-            turn.reasoning_id = None
-        if turn.text_id is not None:
-            self._push(c.TextEnd(id=turn.text_id))
-            turn.text_id = None
+    def _new_turn(self) -> LiveTurn:
+        return LiveTurn(self._append, f"msg-{uuid.uuid4().hex}")
 
     def _end_turn(self, reason: c.FinishReason) -> None:
-        turn, self._turn = self._turn, None
-        if turn is None:
+        """Ends the open turn (if anything of it was written) and starts afresh."""
+        turn = self._turn
+        if not turn.writer.started:
             return
-        self._close_parts(turn)
-        if turn.in_step:
-            self._push(c.FinishStep())
-        metadata = {"usage": dict(turn.usage)} if turn.usage else None
-        self._push(c.Finish(finishReason=reason, messageMetadata=metadata))
-        # Settled calls need no bookkeeping once their message is complete (a late response for a
-        # call no longer known is ignored), so a long session does not accumulate it.
-        for call_id in turn.calls:
-            if call_id in self._settled and call_id not in self._held:
-                self._settled.discard(call_id)
-                self._announced.discard(call_id)
-                self._call_info.pop(call_id, None)
-                self._early_outputs.pop(call_id, None)
+        turn.end(reason)
+        self._turns += 1
+        self._turn = self._new_turn()
+        self._book.forget(turn.calls)
 
     def _cut_turn(self) -> None:
-        """Barge-in: unsent audio is dropped (also of a turn the model already finished, when the
-        client is slow), and the open turn ends now with its open calls."""
-        if any(item.pcm_turn is not None for item in self._outbox):
-            self._outbox = deque(item for item in self._outbox if item.pcm_turn is None)
-            if len(self._outbox) <= OUTBOX_HIGH // 2:
-                self._room.set()
+        """Barge-in: audio the client has not received is dropped (also of a turn the model
+        already finished, when the client is slow), and the open turn ends now with its open calls."""
+        self.log.discard_unread(PCM_CHUNK)
         turn = self._turn
-        if turn is None:
+        if not turn.writer.started:
             return
-        self._close_parts(turn)
-        for call_id in turn.calls:
-            if call_id in self._settled:
-                continue
-            self._settled.add(call_id)
-            self._cut_calls.add(call_id)
-            held = self._held.get(call_id)
-            if held is not None and held.kind == "approval":
-                self._push(c.ToolOutputDenied(toolCallId=call_id))
-            else:
-                browser = self._is_browser(self._call_info.get(call_id, ("", None))[0])
-                self._push(c.ToolOutputError(toolCallId=call_id, errorText=CUT_TEXT,
-                                             providerExecuted=None if browser else True))
-            if held is not None:
-                self._release(held, interrupt_result())
+        turn.writer.close_parts()
+        self._carry_out(self._book.cut(turn.calls))
         if turn.model_output:
             self._discarding = True
         self._end_turn("interrupted")
 
-    def _is_browser(self, tool_name: str) -> bool:
-        return self.host.tool_kind(tool_name).browser and self._permissions.get(tool_name) is not Permission.NEVER
-
-    # --- ADK events -> chunks ----------------------------------------------------------------
-
-    def _on_event(self, event: Event) -> None:
+    def _on_event(self, event: AgentEvent) -> None:
         if event.input_transcription is not None:
-            self._user_transcription(event.input_transcription)
+            # A new utterance: whatever the model still owed the cut turn is over.
+            self._discarding = False
+            self._turn.user_transcription(event.input_transcription)
             return
         if event.author == "user":
             return
         if self._discarding:
-            for call in event.get_function_calls():
-                if call.id:
-                    self._cut_calls.add(call.id)
-                    self._settled.add(call.id)
-                    held = self._held.get(call.id)
-                    if held is not None:
-                        self._release(held, interrupt_result())
+            self._discard_calls(event)
             if event.interrupted or event.turn_complete:
                 self._discarding = False
             return
         if event.error_code or event.error_message:
-            turn = self._open_turn()
-            self._close_parts(turn)
-            self._push(c.Error(errorText=safe_error_text(event.error_message or event.error_code)))
+            self._turn.error(event.error_message or event.error_code)
             self._end_turn("error")
             return
-        if event.output_transcription is not None:
-            self._model_transcription(event.output_transcription)
-        content = event.content
-        for part in (content.parts if content is not None else None) or ():
-            self._model_part(part, bool(event.partial))
-        if self._turn is not None and event.usage_metadata is not None:
-            add_usage(self._turn.usage, event.usage_metadata)
+        self._turn.model_event(event, self._on_call, self._on_response)
         if event.interrupted:
             self._end_turn("interrupted")
         elif event.turn_complete:
             self._end_turn(map_finish_reason(event.finish_reason))
 
-    def _user_transcription(self, transcription: types.Transcription) -> None:
-        # A new utterance: whatever the model still owed the cut turn is over.
-        self._discarding = False
-        text = transcription.text or ""
-        if not text and not transcription.finished:
-            return
-        turn = self._open_turn()
-        turn.user_text = text if transcription.finished else turn.user_text + text
-        finished = bool(transcription.finished)
-        self._push(c.Data(name="transcription", id=f"{turn.message_id}-user-{turn.user_part}",
-                          data={"role": "user", "text": turn.user_text, "finished": finished}))
-        if finished:
-            turn.user_text = ""
-            turn.user_part += 1
-
-    def _model_transcription(self, transcription: types.Transcription) -> None:
-        text = transcription.text or ""
-        if transcription.finished:
-            turn = self._turn
-            if turn is not None and turn.transcript_streamed:
-                turn.transcript_streamed = False
-                self._close_parts(turn)
-                return
-            if text:
-                turn = self._open_step()
-                self._text(turn, text)
-                self._close_parts(turn)
-            return
-        if text:
-            turn = self._open_step()
-            turn.transcript_streamed = True
-            self._text(turn, text)
-
-    def _text(self, turn: _Turn, text: str) -> None:
-        if turn.reasoning_id is not None:
-            self._push(c.ReasoningEnd(id=turn.reasoning_id))
-            turn.reasoning_id = None
-        if turn.text_id is None:
-            turn.text_id = turn.next_id("text")
-            self._push(c.TextStart(id=turn.text_id))
-        self._push(c.TextDelta(id=turn.text_id, delta=text))
-
-    def _reasoning(self, turn: _Turn, text: str) -> None:
-        if turn.text_id is not None:
-            self._push(c.TextEnd(id=turn.text_id))
-            turn.text_id = None
-        if turn.reasoning_id is None:
-            turn.reasoning_id = turn.next_id("reasoning")
-            self._push(c.ReasoningStart(id=turn.reasoning_id))
-        self._push(c.ReasoningDelta(id=turn.reasoning_id, delta=text))
-
-    def _model_part(self, part: types.Part, partial: bool) -> None:
-        if part.function_response is not None:
-            self._function_response(part.function_response)
-            return
-        if part.function_call is not None:
-            if not partial:
-                self._function_call(part.function_call)
-            return
-        if part.text is not None:
-            self._model_text(part.text, bool(part.thought), partial)
-            return
-        blob = part.inline_data
-        if blob is not None:
-            mime = blob.mime_type or "application/octet-stream"
-            if mime.startswith("audio/pcm"):
-                turn = self._open_step()
-                self._push(c.Data(name="pcm", data=pcm_chunk_data(blob.data or b"", _audio_rate(mime)),
-                                  transient=True), pcm_turn=turn.seq)
-            elif not partial:
-                turn = self._open_step()
-                self._close_parts(turn)
-                encoded = base64.b64encode(blob.data or b"").decode("ascii")
-                self._push(c.File(url=f"data:{mime};base64,{encoded}", mediaType=mime))
-            return
-        file_data = part.file_data
-        if file_data is not None and file_data.file_uri and not partial:
-            turn = self._open_step()
-            self._close_parts(turn)
-            self._push(c.File(url=file_data.file_uri, mediaType=file_data.mime_type or "application/octet-stream"))
-
-    def _model_text(self, text: str, thought: bool, partial: bool) -> None:
-        turn = self._open_step()
-        if partial:
-            if thought:
-                turn.reasoning_streamed = True
-                if text:
-                    self._reasoning(turn, text)
-            else:
-                turn.text_streamed = True
-                if text:
-                    self._text(turn, text)
-            return
-        # The aggregated copy of what was streamed: skip it, but it closes the part.
-        if thought and turn.reasoning_streamed:
-            turn.reasoning_streamed = False
-            if turn.reasoning_id is not None:
-                self._push(c.ReasoningEnd(id=turn.reasoning_id))
-                turn.reasoning_id = None
-            return
-        if not thought and turn.text_streamed:
-            turn.text_streamed = False
-            if turn.text_id is not None:
-                self._push(c.TextEnd(id=turn.text_id))
-                turn.text_id = None
-            return
-        if text:
-            (self._reasoning if thought else self._text)(turn, text)
-            self._close_parts(turn)
-
-    def _function_call(self, call: types.FunctionCall) -> None:
-        call_id = call.id or f"call-{uuid.uuid4().hex[:12]}"
-        name = call.name or "unknown"
-        args = _json_safe(dict(call.args or {}))
-        turn = self._open_step()
-        self._close_parts(turn)
-        provider_executed = None if self._is_browser(name) else True
-        self._push(c.ToolInputStart(toolCallId=call_id, toolName=name, providerExecuted=provider_executed))
-        self._push(c.ToolInputDelta(toolCallId=call_id, inputTextDelta=json.dumps(args, separators=(",", ":"))))
-        self._push(c.ToolInputAvailable(toolCallId=call_id, toolName=name, input=args,
-                                        providerExecuted=provider_executed))
-        turn.calls.append(call_id)
-        self._call_info[call_id] = (name, args)
-        self._announced.add(call_id)
-        held = self._held.get(call_id)
-        if held is not None:
-            self._issue(held)
-
-    def _function_response(self, response: types.FunctionResponse) -> None:
-        call_id = response.id or ""
-        if call_id in self._settled or call_id not in self._call_info:
-            return
-        self._settled.add(call_id)
-        self._early_outputs.pop(call_id, None)
-        turn = self._open_turn()
-        self._close_parts(turn)
-        name = response.name or self._call_info[call_id][0]
-        provider_executed = None if self._is_browser(name) else True
-        payload = dict(response.response or {})
-        error = payload.get("error") if len(payload) == 1 else None
-        if error == REJECTED_TEXT or (isinstance(error, str) and error.startswith(INTERRUPT_TEXT)):
-            self._push(c.ToolOutputDenied(toolCallId=call_id))
-        elif isinstance(error, str):
-            self._push(c.ToolOutputError(toolCallId=call_id, errorText=error, providerExecuted=provider_executed))
-        else:
-            self._push(c.ToolOutputAvailable(toolCallId=call_id, output=_json_safe(payload),
-                                             providerExecuted=provider_executed))
-
     # --- input helpers -----------------------------------------------------------------------
 
     def _send_blob(self, data: bytes) -> None:
         self._queue.send_realtime(types.Blob(mime_type=INPUT_MIME, data=data))
+
+    # --- held calls (approvals and browser tools) ----------------------------------------------
+    #
+    # The session's `LiveBook` decides everything about the tool calls of its turns; this section
+    # only tells it what happened and carries out its `LiveStep`s: it writes what is to be shown
+    # into the open turn, and wakes the waiting futures (`_waiting`, by call id).
+    # `PermissionPlugin` calls `request_approval` / `browser_output` inside ADK's tool pipeline and
+    # waits; the client answers with `answer_approval` / `tool_output`; a cut turn or the session's
+    # end wakes every waiter.
+
+    def answer_approval(self, approval_id: str, approved: bool, reason: str | None) -> None:
+        """Answers a `tool-approval-request` of this session; raises `ApprovalRefused` otherwise."""
+        self._carry_out(self._book.answer(approval_id, approved, reason))
+
+    def tool_output(self, tool_call_id: str, output: Any = None, error_text: str | None = None) -> None:
+        """The browser's result for a browser tool call; the book ignores one it does not expect."""
+        step = self._book.browser_output(tool_call_id, output, error_text)
+        if step is None:
+            log.warning("live_tool_output_ignored", tool_call_id=tool_call_id)
+            return
+        self._carry_out(step)
+
+    async def request_approval(self, tool_call_id: str, tool_name: str, *, browser: bool) -> LiveApproval:
+        answer = await self._hold(tool_call_id, tool_name, browser=browser, hold=Hold.APPROVAL)
+        assert isinstance(answer, LiveApproval)  # the book answers a hold in its kind
+        return answer
+
+    async def browser_output(self, tool_call_id: str, tool_name: str) -> dict[str, Any]:
+        answer = await self._hold(tool_call_id, tool_name, browser=True, hold=Hold.OUTPUT)
+        assert not isinstance(answer, LiveApproval)
+        return answer
+
+    async def _hold(self, tool_call_id: str, tool_name: str, *, browser: bool, hold: Hold) -> HeldAnswer:
+        """Waits until the book resumes the call (or answers it at once); an approval waits at
+        most `approval_timeout_s` (0: no limit). The book always hears that the waiter is gone."""
+        step = self._book.hold(tool_call_id, tool_name, browser=browser, hold=hold, approval_id=_new_approval_id())
+        if step.answer is not None:
+            return step.answer
+        future: asyncio.Future[HeldAnswer] = asyncio.get_running_loop().create_future()
+        self._waiting[tool_call_id] = future
+        try:
+            self._carry_out(step)
+            if hold is Hold.APPROVAL and self.approval_timeout_s > 0:
+                try:
+                    async with asyncio.timeout(self.approval_timeout_s):
+                        return await future
+                except TimeoutError:
+                    # (The timeout cancels the future it interrupts; one resumed just before stands.)
+                    if future.done() and not future.cancelled():
+                        return future.result()
+                    log.info("live_approval_timeout", tool_call_id=tool_call_id)
+                    expired = self._book.expire(tool_call_id)
+                    self._carry_out(expired)
+                    assert expired.answer is not None
+                    return expired.answer
+            return await future
+        finally:
+            if self._waiting.get(tool_call_id) is future:
+                del self._waiting[tool_call_id]
+            self._book.release(tool_call_id)
+
+    def _carry_out(self, step: LiveStep) -> None:
+        """Shows what the book says to show, in the open turn, and wakes the waiters it resumes."""
+        for item in step.shown:
+            if self._in_turn(item.tool_call_id, type(item).__name__):
+                self._turn.show(item)
+        for resume in step.resumes:
+            future = self._waiting.pop(resume.tool_call_id, None)
+            if future is not None and not future.done():
+                future.set_result(resume.answer)
+
+    def _in_turn(self, tool_call_id: str, what: str) -> bool:
+        """Whether the open turn announced the call. Anything about a call is written only into the
+        message that has it (the client's reader refuses a chunk for a call it does not know); a
+        call whose turn ended while it was held gets nothing more."""
+        if tool_call_id in self._turn.calls:
+            return True
+        log.warning("live_call_outside_turn", tool_call_id=tool_call_id, shown=what)
+        return False
+
+    def _is_browser(self, tool_name: str) -> bool:
+        """Announced for the browser to run: a browser tool the chat does not refuse ("never")."""
+        return self.host.tool_kind(tool_name).browser and self._book.permission(tool_name) is not Permission.NEVER
+
+    def _on_call(self, call: FunctionCall) -> None:
+        """The model calls a tool: it is announced (and issued, if the plugin holds it already)."""
+        browser = self._is_browser(call.name or "unknown")
+        call_id, name, args = self._turn.tool_call(call, browser=browser)
+        self._carry_out(self._book.announce(call_id, name, browser=browser, input=args))
+
+    def _on_response(self, response: FunctionResponse) -> None:
+        """A tool's result: shown once, for a call this session announced."""
+        call_id, payload = response.id or "", response.response
+        if self._book.reported(call_id, result_outcome(payload)) and self._in_turn(call_id, "tool_result"):
+            self._turn.tool_result(call_id, payload, browser=self._is_browser(response.name or "unknown"))
+
+    def _discard_calls(self, event: AgentEvent) -> None:
+        """Calls the model still makes for a cut turn never run (and are never shown)."""
+        for part in event.parts:
+            if isinstance(part, FunctionCall) and part.id:
+                name = part.name or "unknown"
+                self._carry_out(self._book.drop(part.id, name, browser=self._is_browser(name)))

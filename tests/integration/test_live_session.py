@@ -11,17 +11,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from google.adk.events import Event
 from google.adk.sessions import InMemorySessionService
 from google.adk.tools import FunctionTool
+from google.genai import types
 
 from agents.adk import AgentHost
 from agents.demo import build_demo_agent
 from agents.script import tiny_png
 from agents.scripted_live import ScriptedLiveConnection
 from agents.tools import APPROVALS_STATE_KEY, PLUGIN_NAME, PermissionPlugin
-from gateway.core.approval import REJECTED_TEXT, ApprovalRefused, permanently_denied_text
+from gateway.core.approval import REJECTED_TEXT, ApprovalRefused, LiveApproval, permanently_denied_text
+from gateway.core.chunks import adapt_wire
 from gateway.core.pcm import PcmFormatError, chunk_bytes, duration_ms, tone
 from gateway.services.live import ENDED_TEXT, TIMEOUT_TEXT, LiveSession
+from gateway.services.streams import Follower, FollowerOverrun, StreamLog
 from tests.audio import dominant_frequency
 
 TIMEOUT = 10.0
@@ -147,12 +151,28 @@ def pcm_of(turn: list[Wire]) -> bytes:
 
 @dataclass
 class Recorder:
-    """The `emit` of a LiveSession: validates and keeps every chunk; tests wait on conditions."""
+    """The client of a LiveSession: `deliver` follows the session's log, adapted to the client's
+    `ai` version, and `emit` validates and keeps every chunk; tests wait on conditions."""
 
     major: int = 6
     chunks: list[Wire] = field(default_factory=list)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     on_chunk: Callable[[Wire], None] | None = None
+    follower: Follower | None = None
+
+    async def deliver(self, log: StreamLog) -> None:
+        with log.attach(0) as follower:
+            self.follower = follower
+            while True:
+                entry = follower.take()
+                if entry is not None:
+                    wire = adapt_wire(entry.wire(), self.major)
+                    if wire is not None:
+                        await self.emit(wire)
+                elif log.closed:
+                    return
+                else:
+                    await log.changed()
 
     async def emit(self, wire: Wire) -> None:
         validate_chunk(wire, self.major)
@@ -215,9 +235,8 @@ class Harness:
 
     def start(self, chat_id: str = "chat-1", *, major: int = 6, **options: Any) -> Live:
         recorder = Recorder(major=major)
-        session = LiveSession(self.host, user_id="user-1", chat_id=chat_id, emit=recorder.emit, major=major,
-                              **options)
-        live = Live(session, recorder, asyncio.get_running_loop().create_task(session.run()))
+        session = LiveSession(self.host, user_id="user-1", chat_id=chat_id, **options)
+        live = Live(session, recorder, asyncio.get_running_loop().create_task(session.run(recorder.deliver)))
         self.lives.append(live)
         return live
 
@@ -258,6 +277,20 @@ def speak(session: LiveSession, seconds: float, *, rate: int = 16000, freq: floa
     for frame in chunk_bytes(tone(freq, seconds, rate=rate), 20, rate):
         session.send_audio(frame)
     session.activity_end()
+
+
+def stall_after_first_audio(recorder: Recorder) -> asyncio.Event:
+    """The client stops reading after its first audio chunk, until the returned event is set."""
+    release = asyncio.Event()
+    emit = recorder.emit
+
+    async def stalled(wire: Wire) -> None:
+        await emit(wire)
+        if wire["type"] == "data-pcm":
+            await release.wait()
+
+    recorder.emit = stalled  # type: ignore[method-assign]
+    return release
 
 
 def approval_requests(chunks: list[Wire]) -> list[Wire]:
@@ -396,36 +429,46 @@ async def test_interrupt_drops_audio_a_slow_client_has_not_received(
     monkeypatch.setattr(ScriptedLiveConnection, "default_chunk_delay_s", 0.0)
     live = harness.start()
     recorder = live.recorder
-    release = asyncio.Event()
-    emit = recorder.emit
-
-    async def stalled(wire: Wire) -> None:
-        await emit(wire)
-        if wire["type"] == "data-pcm":
-            await release.wait()  # the client stops reading after the first audio chunk
-
-    live.session._emit = stalled
-    # Signalled once the model's whole answer is queued behind the stalled client (internal hook).
-    queued_finish = asyncio.Event()
-    push = live.session._push
-
-    def watching_push(chunk: Any, **kwargs: Any) -> None:
-        push(chunk, **kwargs)
-        if chunk.type == "finish":
-            queued_finish.set()
-
-    live.session._push = watching_push  # type: ignore[method-assign]
+    release = stall_after_first_audio(recorder)
     speak(live.session, 1.0)
     await recorder.until(is_type("data-pcm"))
+    # Once the model's whole answer waits in the log behind the stalled client:
+    log, follower = live.session.log, recorder.follower
     async with asyncio.timeout(TIMEOUT):
-        await queued_finish.wait()
-    assert sum(1 for item in live.session._outbox if item.wire["type"] == "data-pcm") == 4
+        while not any(w["type"] == "finish" for w in log.chunks):
+            await log.changed()
+    assert follower is not None
+    assert sum(1 for w in log.chunks[follower.position:] if w["type"] == "data-pcm") == 4
     live.session.interrupt()
     release.set()
     [turn] = await recorder.turns(1)
     assert len([w for w in turn if w["type"] == "data-pcm"]) == 1
     assert text_of(turn) == "heard 1000 ms of audio"  # text is kept; only the unsent audio goes
     await live.stop()
+
+
+async def test_a_client_that_falls_behind_is_cut_and_memory_stays_bounded(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ScriptedLiveConnection, "default_chunk_delay_s", 0.0)
+    cap = 16 * 1024  # less than one answer's audio
+    log = StreamLog(key=("user-1", "chat-slow"), max_bytes=cap)
+    session = LiveSession(harness.host, user_id="user-1", chat_id="chat-slow", log=log)
+    recorder = Recorder()
+    release = stall_after_first_audio(recorder)
+    task = asyncio.get_running_loop().create_task(session.run(recorder.deliver))
+    speak(session, 1.0)
+    await recorder.until(is_type("data-pcm"))
+    async with asyncio.timeout(TIMEOUT):
+        while recorder.follower is None or not recorder.follower.overrun:
+            await log.changed()
+    largest = max(len(json.dumps(w, separators=(",", ":"))) for w in recorder.chunks)  # an audio chunk
+    assert log.peak_bytes <= cap + largest  # what the client has not read is let go, not kept
+    assert log.kept_bytes <= cap
+    release.set()
+    with pytest.raises(FollowerOverrun):
+        async with asyncio.timeout(TIMEOUT):
+            await task
 
 
 async def test_speaking_over_the_model_barges_in(harness: Harness) -> None:
@@ -620,6 +663,20 @@ async def test_browser_tool_with_approval_waits_for_the_browser(harness: Harness
     await live.stop()
 
 
+async def test_an_empty_browser_output_ends_the_call(harness: Harness) -> None:
+    live = harness.start()
+    live.session.send_text('/tool change_bgm {"track": 2}')
+    request = live.recorder.chunks[await live.recorder.until(is_type("tool-approval-request"))]
+    live.session.answer_approval(request["approvalId"], True, None)
+    live.session.tool_output(request["toolCallId"], {})
+    [turn] = await live.recorder.turns(1)
+    [output] = [w for w in turn if w["type"] == "tool-output-available"]
+    # Wrapped: ADK takes an empty result of a held (long-running) tool for "no result yet".
+    assert output["output"] == {"result": {}}
+    assert text_of(turn) == 'change_bgm -> {"result":{}}'
+    await live.stop()
+
+
 async def test_browser_tool_error_reaches_the_model(harness: Harness) -> None:
     live = harness.start()
     live.session.send_text("/tool get_location {}")
@@ -651,6 +708,32 @@ async def test_interrupt_while_an_approval_is_pending(harness: Harness) -> None:
     await live.stop()
 
 
+async def test_a_call_held_after_its_turn_ended_writes_nothing_into_the_next(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The model announces a call and ends its turn; only then does the plugin hold the call. The
+    # next message does not know the call, so nothing about it (its question, or its end when
+    # the session stops) is written there: the client's reader would refuse it.
+    answers: list[LiveApproval] = []
+    sessions: list[LiveSession] = []
+
+    async def run_live(*_args: Any) -> AsyncGenerator[Event, None]:
+        call = types.FunctionCall(id="c1", name="process_payment", args={"amount": 5, "recipient": "bob"})
+        yield Event(author="demo_agent", content=types.Content(role="model", parts=[types.Part(function_call=call)]))
+        yield Event(author="demo_agent", turn_complete=True)
+        answers.append(await sessions[0].request_approval("c1", "process_payment", browser=False))
+
+    monkeypatch.setattr(AgentHost, "run_live", run_live)
+    live = harness.start()
+    sessions.append(live.session)
+    [turn] = await live.recorder.turns(1)
+    assert [w["type"] for w in turn if w.get("toolCallId") == "c1"] == [
+        "tool-input-start", "tool-input-delta", "tool-input-available"]
+    await live.stop()
+    assert answers == [LiveApproval(approved=False, error=ENDED_TEXT)]
+    assert live.recorder.chunks == turn
+
+
 # --- life cycle ------------------------------------------------------------------------------------
 
 
@@ -666,6 +749,17 @@ async def test_stop_releases_a_pending_approval_and_closes_the_turn(harness: Har
         live.session.answer_approval(request["approvalId"], True, None)
     plugin = harness.host.runner.plugin_manager.get_plugin(PLUGIN_NAME)
     assert isinstance(plugin, PermissionPlugin) and not plugin._live_gates
+
+
+async def test_a_pending_approval_ends_as_an_error_when_the_session_ends(harness: Harness) -> None:
+    live = harness.start()
+    live.session.send_text(PAYMENT)
+    request = live.recorder.chunks[await live.recorder.until(is_type("tool-approval-request"))]
+    await live.stop()
+    [turn] = split_turns(live.recorder.chunks)
+    outcomes = [w for w in turn if w["type"].startswith("tool-output")]
+    assert outcomes == [{"type": "tool-output-error", "toolCallId": request["toolCallId"], "errorText": ENDED_TEXT,
+                         "providerExecuted": True}]  # once: ADK's own response for it is not shown again
 
 
 async def test_the_gate_refuses_once_the_session_ended(harness: Harness) -> None:
@@ -684,11 +778,14 @@ async def test_run_twice_is_refused(harness: Harness) -> None:
 
 
 async def test_an_emit_failure_ends_run_with_that_error(harness: Harness) -> None:
+    recorder = Recorder()
+
     async def broken(_wire: Wire) -> None:
         raise ConnectionResetError("socket gone")
 
-    session = LiveSession(harness.host, user_id="user-1", chat_id="chat-9", emit=broken)
-    task = asyncio.get_running_loop().create_task(session.run())
+    recorder.emit = broken  # type: ignore[method-assign]
+    session = LiveSession(harness.host, user_id="user-1", chat_id="chat-9")
+    task = asyncio.get_running_loop().create_task(session.run(recorder.deliver))
     session.send_text("/echo hi")
     with pytest.raises(ConnectionResetError):
         async with asyncio.timeout(TIMEOUT):
@@ -705,9 +802,8 @@ async def test_cancelling_run_mid_turn_leaves_no_tasks(harness: Harness, moment:
     before = set(asyncio.all_tasks())
     for attempt in range(100):
         recorder = Recorder()
-        session = LiveSession(harness.host, user_id="user-1", chat_id=f"chat-{moment}-{attempt}",
-                              emit=recorder.emit)
-        task = asyncio.get_running_loop().create_task(session.run())
+        session = LiveSession(harness.host, user_id="user-1", chat_id=f"chat-{moment}-{attempt}")
+        task = asyncio.get_running_loop().create_task(session.run(recorder.deliver))
         if moment == "audio":
             speak(session, 0.5)
             await recorder.until(is_type("data-pcm"))

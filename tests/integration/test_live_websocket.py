@@ -71,13 +71,18 @@ async def open_live(client: TestClient[Any, Any], **start: Any) -> Socket:
     return socket
 
 
+async def speak(socket: Socket, seconds: float) -> None:
+    """One utterance of a 300 Hz tone, pushed to talk."""
+    await socket.ws.send_json({"type": "live-activity-start", "requestId": "live"})
+    for frame in chunk_bytes(tone(300, seconds, rate=16000), 20, 16000):
+        await socket.ws.send_bytes(frame)
+    await socket.ws.send_json({"type": "live-activity-end", "requestId": "live"})
+
+
 async def test_a_spoken_turn_over_the_socket(make_client: MakeClient) -> None:
     client = await make_client()
     socket = await open_live(client, headers={"x-ai-sdk-major": "7"})
-    await socket.ws.send_json({"type": "live-activity-start", "requestId": "live"})
-    for frame in chunk_bytes(tone(300, 3.0, rate=16000), 20, 16000):
-        await socket.ws.send_bytes(frame)
-    await socket.ws.send_json({"type": "live-activity-end", "requestId": "live"})
+    await speak(socket, 3.0)
     await socket.until(chunk_type("finish"))
 
     chunk_frames = [f for f in socket.frames if f["type"] == "chunk"]
@@ -114,10 +119,7 @@ async def test_live_approval_and_barge_in_over_the_socket(make_client: MakeClien
     refused = await socket.until(lambda f: f["type"] == "error")
     assert refused.get("code") == "approval_invalid"
 
-    await socket.ws.send_json({"type": "live-activity-start", "requestId": "live"})
-    for frame in chunk_bytes(tone(300, 1.0, rate=16000), 20, 16000):
-        await socket.ws.send_bytes(frame)
-    await socket.ws.send_json({"type": "live-activity-end", "requestId": "live"})
+    await speak(socket, 1.0)
     await socket.until(chunk_type("data-pcm"))
     await socket.ws.send_json({"type": "live-interrupt", "requestId": "live"})
     finish = (await socket.until(chunk_type("finish")))["chunk"]
@@ -132,10 +134,7 @@ async def test_bad_audio_is_refused_and_closing_mid_turn_cleans_up(make_client: 
     await socket.ws.send_bytes(b"\x00\x01\x02")
     error = await socket.until(lambda f: f["type"] == "error")
     assert error.get("code") == "invalid_audio"
-    await socket.ws.send_json({"type": "live-activity-start", "requestId": "live"})
-    for frame in chunk_bytes(tone(300, 1.0, rate=16000), 20, 16000):
-        await socket.ws.send_bytes(frame)
-    await socket.ws.send_json({"type": "live-activity-end", "requestId": "live"})
+    await speak(socket, 1.0)
     await socket.until(chunk_type("data-pcm"))
     await socket.ws.close()
     current = asyncio.current_task()
@@ -164,3 +163,66 @@ async def test_a_live_session_holds_its_chat(make_client: MakeClient) -> None:
     freed = await client.post("/api/chat", json=body)
     assert freed.status == 200
     assert "data: [DONE]" in await freed.text()
+
+
+# --- the live log: the same send path as chat runs -------------------------------------------------
+
+
+async def test_a_live_session_is_resumed_from_its_log(make_client: MakeClient) -> None:
+    client = await make_client()
+    socket = await open_live(client, headers={"x-ai-sdk-major": "7"})
+    await socket.ws.send_json({"type": "live-text", "requestId": "live", "text": "/echo first"})
+    await socket.until(chunk_type("finish"))
+
+    # A second socket resumes the chat: the whole session so far, then what comes next.
+    other = Socket(await client.ws_connect("/api/chat/ws"))
+    await other.ws.send_json({"type": "resume", "requestId": "again", "id": "chat-live",
+                              "headers": {"x-ai-sdk-major": "7"}})
+    assert await other.next_frame() == {"type": "start", "requestId": "again"}
+    await other.until(chunk_type("finish"))
+    assert other.chunks("again") == socket.chunks()
+    await socket.ws.send_json({"type": "live-text", "requestId": "live", "text": "/echo second"})
+    await other.until(chunk_type("finish"))
+    await socket.until(chunk_type("finish"))
+    assert other.chunks("again") == socket.chunks()
+    assert "".join(c["delta"] for c in socket.chunks() if c["type"] == "text-delta") == "firstsecond"
+
+    await socket.ws.send_json({"type": "live-stop", "requestId": "live"})
+    assert await socket.until(lambda f: f["type"] in ("end", "error")) == {"type": "end", "requestId": "live"}
+    assert await other.until(lambda f: f["type"] in ("end", "error")) == {"type": "end", "requestId": "again"}
+    await other.ws.close()
+    await socket.ws.close()
+
+
+async def test_an_ai_6_socket_gets_the_ai_6_chunk_set(make_client: MakeClient) -> None:
+    client = await make_client()
+    socket = await open_live(client)  # no `x-ai-sdk-major: 7`
+    await speak(socket, 1.0)
+    await socket.until(chunk_type("data-pcm"))
+    await socket.ws.send_json({"type": "live-interrupt", "requestId": "live"})
+    finish = (await socket.until(chunk_type("finish")))["chunk"]
+    assert finish["finishReason"] == "stop"  # `interrupted` is ai 7's
+    chunk_frames = [f for f in socket.frames if f["type"] == "chunk"]
+    assert [f["sequence"] for f in chunk_frames] == list(range(len(chunk_frames)))  # no gap for dropped audio
+    await socket.ws.close()
+
+
+async def test_a_failing_session_tells_the_client_and_ends(
+    make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(*_args: Any) -> AsyncIterator[Any]:
+        raise RuntimeError("the model connection dropped at /srv/secret/path.py")
+        yield  # an async generator, like ADK's
+
+    monkeypatch.setattr("agents.adk.AgentHost.run_live", broken)
+    client = await make_client()
+    socket = await open_live(client, headers={"x-ai-sdk-major": "7"})
+    ended = await socket.until(lambda f: f["type"] in ("end", "error"))
+    assert ended == {"type": "end", "requestId": "live"}
+    assert [c["type"] for c in socket.chunks()] == ["start", "error", "finish"]
+    assert socket.chunks()[1] == {"type": "error", "errorText": "The live session failed."}
+    assert socket.chunks()[2]["finishReason"] == "error"
+    # The socket and its chat are free for a new session.
+    await socket.ws.send_json({"type": "live-start", "requestId": "live", "id": "chat-live"})
+    assert await socket.next_frame() == {"type": "start", "requestId": "live"}
+    await socket.ws.close()
