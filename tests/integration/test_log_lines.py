@@ -67,3 +67,6 @@ def test_every_line_of_a_served_request_is_json_with_an_access_line(tmp_path: Pa
     assert "secret-token-value" not in log.read_text()
     finished = [r for r in records if r.get("event") == "run_finished"]
     assert [r["outcome"] for r in finished] == ["ok"]
+    # The scripted model counts words: the prompt's and the answer's.
+    assert finished[0]["usage"]["outputTokens"] == 1
+    assert finished[0]["usage"]["totalTokens"] > finished[0]["usage"]["outputTokens"]
