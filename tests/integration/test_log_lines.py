@@ -7,24 +7,30 @@ from __future__ import annotations
 import json
 import logging
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from gateway.logs import configure_logging
 from tests.gateway_process import running_gateway
 
 
 @pytest.fixture
-def restore_logging() -> object:
+def restore_logging() -> Iterator[None]:
+    """configure_logging() binds structlog and the root handler to this test's captured stderr,
+    which closes with the test: both are put back as they were."""
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    saved = structlog.get_config()
     yield None
+    structlog.configure(**saved)
     root.handlers[:] = handlers
     root.setLevel(level)
 
 
-def test_standard_library_records_are_json(capfd: pytest.CaptureFixture[str], restore_logging: object) -> None:
+def test_standard_library_records_are_json(capfd: pytest.CaptureFixture[str], restore_logging: None) -> None:
     configure_logging("json", "info")
     logging.getLogger("google_adk.google.adk.runners").warning("model %s did not answer", "scripted")
     logging.getLogger("aiohttp.server").error("Error handling request", exc_info=ValueError("bad line"))
@@ -38,7 +44,7 @@ def test_standard_library_records_are_json(capfd: pytest.CaptureFixture[str], re
 
 
 def test_a_bearer_credential_in_a_library_record_is_redacted(
-    capfd: pytest.CaptureFixture[str], restore_logging: object
+    capfd: pytest.CaptureFixture[str], restore_logging: None
 ) -> None:
     configure_logging("json", "info")
     logging.getLogger("aiohttp.client").warning("GET /x?access_token=secret-token-value")
