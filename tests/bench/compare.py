@@ -25,8 +25,9 @@ is one) to the end of the answer (`[DONE]` and EOF, the `end` frame, the runner'
 its time to first text, to the first text delta (the first partial event with text for ADK).
 
 `Comparison` runs the table (each row at 1 and at 16 clients, rows alternated in order between
-rounds so that drift in the machine's speed spreads over every row), the gateway's added time to
-first text, and the long chat (per-turn time over one 200-turn chat, by tenth, with a chart).
+rounds so that drift in the machine's speed spreads over every row, with a bar chart of its turns/s:
+`throughput_chart`), the gateway's added time to first text, and the long chat (per-turn time over
+one 200-turn chat, by tenth, with a chart).
 `churn` drives a gateway through many fresh chats while sampling its RSS. Nothing here asserts
 timings; it measures and formats.
 """
@@ -39,7 +40,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,11 +67,12 @@ from gateway.loadtest import (
     ws_request,
 )
 
-__all__ = ["PROMPT", "Comparison", "Load", "Targets", "churn", "drive"]
+__all__ = ["PROMPT", "Comparison", "Load", "Targets", "churn", "drive", "throughput_chart"]
 
 PROMPT = "/echo one two three"
 TURN_TIMEOUT_S = 60.0
 CHART_NAME = "turn-time-by-tenth.png"
+THROUGHPUT_CHART_NAME = "throughput-vs-adk.png"
 
 # The table's rows, in the order of the first round: (server, chats).
 TABLE_ROWS: tuple[tuple[str, str], ...] = (
@@ -109,6 +111,15 @@ LONG_LABELS = {
     "runner": "Runner (ADK store)",
     "runner-memory": "Runner (our store)",
     "api_server": "adk api_server",
+    "sse": "gateway SSE",
+    "ws": "gateway WebSocket",
+}
+# The throughput chart's bars, in this order within each group (clients, chats).
+THROUGHPUT_SERVERS = ("api_server", "runner", "sse", "ws")
+THROUGHPUT_MODES = ("fresh", "reused")
+THROUGHPUT_LABELS = {
+    "api_server": "adk api_server",
+    "runner": "bare ADK Runner (in process)",
     "sse": "gateway SSE",
     "ws": "gateway WebSocket",
 }
@@ -517,20 +528,27 @@ class Comparison:
                 })
         return result
 
+    def throughput(self) -> dict[tuple[str, str, int], float | None]:
+        """The table's turns/s of the servers and chats of the throughput chart, by
+        (server, chats, clients); None for a load with no answered turn."""
+        return {key: load.turns_per_s for key, load in self.loads.items()
+                if key[0] in THROUGHPUT_SERVERS and key[1] in THROUGHPUT_MODES}
+
     def chart(self, directory: Path) -> Path | None:
-        """The long chat's median ms per turn by tenth, one line per server, as a PNG in `directory`.
+        """The long chat's median ms per turn by tenth, one line per server, as a PNG in `directory`;
+        returns its path. When the table ran, also draws its throughput (`throughput_chart`) into
+        `directory` / THROUGHPUT_CHART_NAME.
 
         Medians, not means: one turn that waits on something else on the machine (a collection in
         another process, a neighbour's burst) can triple a tenth's mean and hide the trend; the
         table has both."""
+        rates = self.throughput()
+        if rates:
+            log(f"chart written to {throughput_chart(rates, directory / THROUGHPUT_CHART_NAME)}")
         tenths = self.tenths()
         if not tenths:
             return None
-        import matplotlib
-
-        matplotlib.use("Agg")  # no display: write files only
-        import matplotlib.pyplot as plt
-
+        plt = _pyplot()
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / CHART_NAME
         fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
@@ -640,6 +658,52 @@ class Comparison:
                           "turn_ms": {s: [[_round(t * 1000 if t is not None else None, 2) for t in turns]
                                           for turns in rounds] for s, rounds in self.long.items()}},
         }
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot (the `bench` extra) on the Agg backend: no display, files only."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def throughput_chart(rates: Mapping[tuple[str, str, int], float | None], path: Path) -> Path:
+    """Grouped bars of turns answered per second, one group per (clients, chats) and one bar per
+    server of THROUGHPUT_SERVERS, written as a PNG to `path` (its folder is made); returns `path`.
+
+    `rates` maps (server, chats, clients) to turns/s, chats being "fresh" or "reused" (a turn is one
+    chat request, plus the session's creation in ADK's fresh turns). A missing or None rate leaves
+    its bar out, marked "—"; keys of other servers or chats are ignored. No I/O but the file."""
+    clients = sorted({c for (server, mode, c) in rates if server in THROUGHPUT_SERVERS and mode in THROUGHPUT_MODES})
+    groups = [(c, mode) for c in clients for mode in THROUGHPUT_MODES]
+    servers = [s for s in THROUGHPUT_SERVERS if any(rates.get((s, mode, c)) is not None for c, mode in groups)]
+    plt = _pyplot()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=120)
+    width = 0.8 / max(len(servers), 1)
+    for k, server in enumerate(servers):
+        values = [rates.get((server, mode, c)) for c, mode in groups]
+        xs = [g - 0.4 + width * (k + 0.5) for g in range(len(groups))]
+        # One colour per server whichever are drawn, so that charts of different runs compare.
+        bars = ax.bar(xs, [0.0 if v is None else v for v in values], width, label=THROUGHPUT_LABELS[server],
+                      color=f"C{THROUGHPUT_SERVERS.index(server)}")
+        ax.bar_label(bars, labels=["—" if v is None else f"{v:,.0f}" for v in values], fontsize=7, padding=2)
+    ax.set_xticks(range(len(groups)),
+                  [f"{c} client{'s' if c != 1 else ''}\n{mode} chats" for c, mode in groups])
+    ax.set_ylabel("requests/s (turns answered per second)")
+    ax.set_title(f"Throughput on the scripted demo agent, `{PROMPT}`: ADK and the gateway", fontsize=10)
+    top = max((v for s in servers for c, mode in groups if (v := rates.get((s, mode, c))) is not None), default=0.0)
+    ax.set_ylim(0, top * 1.3 if top > 0 else 1.0)  # room above the bars for their labels and the legend
+    ax.grid(axis="y", alpha=0.3)
+    if servers:
+        ax.legend(fontsize=8, loc="upper center", ncols=len(servers))
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
