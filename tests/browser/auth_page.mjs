@@ -1,11 +1,11 @@
-// Drives the bundled chat page in Debian's headless Chromium against a gateway with auth on
+// Drives the chat page in Debian's headless Chromium against a gateway with auth on
 // (`--auth jwt`): the token form, then chats with the token over SSE and over the WebSocket.
 //
 //   node auth_page.mjs '{"url": "http://127.0.0.1:8080", "token": "<JWT of alice>", "user": "alice"}'
 //
 // Steps:
 //   1. the page loads: GET /api/me answers 401, the token form shows, the chat waits
-//   2. a wrong token: the form stays, with an error, and nothing is stored
+//   2. a wrong token: the form stays, with an error, and nothing is stored; axe-core checks the form
 //   3. the right token: the form goes away, the header shows the user, the token is stored
 //   4. SSE: `/echo hello world` answers (POST /api/chat carries `Authorization: Bearer`);
 //      `/stream 200 20` + Stop: POST .../stop is JSON with the token and answers 200
@@ -21,6 +21,7 @@
 // Exit code 0 only when ok.
 
 import { mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import path from 'node:path';
 import { launchChromium } from './browser.mjs';
 
@@ -32,6 +33,7 @@ const SCREENSHOT_DIR = config.screenshotDir ?? path.resolve('screenshots');
 const EXECUTABLE = config.executablePath ?? '/usr/bin/chromium';
 const STEP_TIMEOUT_MS = config.stepTimeoutMs ?? 10_000;
 const TOKEN_KEY = 'adk-gateway-token';
+const AXE = createRequire(import.meta.url).resolve('axe-core/axe.min.js');
 const WRONG_TOKEN = 'not-a-valid-token';
 
 const started = Date.now();
@@ -113,10 +115,8 @@ async function storedToken(page) {
 
 /** Waits for the page to be signed in and its chat ready. */
 async function expectSignedIn(page, label) {
-  await page.getByTestId('auth-form').waitFor({ state: 'hidden', timeout: STEP_TIMEOUT_MS });
-  await page.waitForFunction(() => window.__ready === true && window.__chat != null, null, {
-    timeout: STEP_TIMEOUT_MS,
-  });
+  await page.getByTestId('auth-form').waitFor({ state: 'detached', timeout: STEP_TIMEOUT_MS });
+  await expectStatus(page, 'ready');
   await page.getByTestId('user').filter({ hasText: USER }).waitFor({ timeout: STEP_TIMEOUT_MS });
   if ((await storedToken(page)) !== TOKEN) fail(`${label}: sessionStorage does not hold the token`);
 }
@@ -186,8 +186,8 @@ async function scenario(page) {
   await page.goto(`${BASE_URL}/`, { waitUntil: 'domcontentloaded' });
   await page.getByTestId('auth-form').waitFor({ state: 'visible', timeout: STEP_TIMEOUT_MS });
   checks.formShown = true;
-  checks.readyBeforeSignIn = await page.evaluate(() => window.__ready === true);
-  checks.firstErrorShown = await page.getByTestId('auth-error').isVisible();
+  checks.readyBeforeSignIn = (await page.getByTestId('input').count()) > 0;
+  checks.firstErrorShown = (await page.getByTestId('auth-error').count()) > 0;
   await screenshot(page, 'auth-form');
   log('token form shown');
 
@@ -198,6 +198,11 @@ async function scenario(page) {
   checks.formAfterWrongToken = await page.getByTestId('auth-form').isVisible();
   checks.storedAfterWrongToken = await storedToken(page);
   await screenshot(page, 'auth-wrong-token');
+  // The form with its error, through axe-core: [{id, impact}] of each violation.
+  await page.addScriptTag({ path: AXE });
+  checks.axe = await page.evaluate(async () =>
+    (await window.axe.run(document, { resultTypes: ['violations'] })).violations.map(v => ({ id: v.id, impact: v.impact })),
+  );
   log(`wrong token: ${JSON.stringify(checks.wrongTokenError)}`);
 
   // 3. The right token: signed in.
@@ -235,8 +240,8 @@ async function scenario(page) {
   }
 
   // 5. WebSocket: a chat; the token rides on the socket URL only.
-  await useTransport(page, 'ws');
   const socketsBefore = seen.sockets.length;
+  await useTransport(page, 'ws');
   checks.wsText = await chat(page, '/echo hello world', /^\s*hello world\s*$/, 'WebSocket echo');
   checks.wsUrlsWithToken = seen.sockets
     .slice(socketsBefore)

@@ -1,0 +1,55 @@
+import { DefaultChatTransport, WebSocketChatTransport } from 'ai';
+
+/** Asks the gateway for `ai` 7's chunk set (e.g. `finishReason: "interrupted"` after "deny and stop"). */
+const AI_SDK_7 = { 'x-ai-sdk-major': '7' };
+
+/**
+ * The stock transports of `ai` 7, pointed at the gateway.
+ * - `getToken()` returns the access token ('' without auth); it is read on every request (SSE) or
+ *   connection (WebSocket), so a new token is used without a new transport.
+ * - `onUnauthorized()` runs when an HTTP request is answered 401.
+ */
+export function createTransport(kind, { getToken, onUnauthorized }) {
+  if (kind === 'ws') {
+    return new WebSocketChatTransport({
+      url: '/api/chat/ws',
+      // Browsers cannot set handshake headers: the token goes in the URL.
+      params: () => (getToken() ? { access_token: getToken() } : {}),
+      headers: AI_SDK_7,
+    });
+  }
+  return new DefaultChatTransport({
+    api: '/api/chat',
+    headers: () => ({ ...AI_SDK_7, ...authorization(getToken()) }),
+    fetch: async (input, init) => {
+      const response = await fetch(input, init);
+      if (response.status === 401) onUnauthorized();
+      return response;
+    },
+  });
+}
+
+function authorization(token) {
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
+/**
+ * Stops the chat's run on the gateway. Needed with SSE when the gateway keeps runs going after a
+ * disconnect (`--detach-on-disconnect`, for resume): then aborting the fetch is not a stop. The
+ * WebSocket transport's `stop()` sends an `abort` frame, which is.
+ */
+export async function stopRun(chatId, token) {
+  await fetch(`/api/chat/${encodeURIComponent(chatId)}/stop`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', ...authorization(token) },
+    body: '{}',
+  });
+}
+
+/** The live extension's socket URL (same endpoint as the chat WebSocket). */
+export function liveSocketUrl(token) {
+  const url = new URL('/api/chat/ws', window.location.href);
+  url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+  if (token) url.searchParams.set('access_token', token);
+  return url.href;
+}
