@@ -871,6 +871,14 @@ class LiveBook:
         early = self._early.pop(tool_call_id, None) if hold is Hold.OUTPUT else None
         if early is not None:
             return LiveStep(answer=early)
+        if record is not None and hold is Hold.APPROVAL:
+            # The same call asked again: one question per call. Answered: the same answer at once;
+            # asked and open: wait for that question's answer (it is not issued a second time).
+            if record.state is CallState.APPROVAL_RESPONDED and record.decision is not None:
+                return LiveStep(answer=LiveApproval.of(record.decision))
+            if record.state is CallState.APPROVAL_REQUESTED and record.approval_id is not None:
+                self._held[tool_call_id] = _Held(hold, record.approval_id, issued=True)
+                return LiveStep()
         self.book.track(tool_call_id, tool_name, browser=browser)
         self._held[tool_call_id] = _Held(hold, approval_id)
         return self._issue(tool_call_id)

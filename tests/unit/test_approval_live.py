@@ -487,3 +487,17 @@ LiveBookMachine.TestCase.settings = settings(
     max_examples=100, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 TestLiveBookMachine = LiveBookMachine.TestCase
+
+
+def test_a_call_held_again_for_approval_gets_one_question() -> None:
+    """ADK asking twice for one call: answered, the same answer at once; open, no second question."""
+    book = LiveBook()
+    book.announce("c1", "pay", browser=False, input={})
+    first = book.hold("c1", "pay", browser=False, hold=Hold.APPROVAL, approval_id="apr-1")
+    assert [type(item).__name__ for item in first.shown] == ["AwaitClient"]
+    again = book.hold("c1", "pay", browser=False, hold=Hold.APPROVAL, approval_id="apr-2")
+    assert again.shown == () and again.answer is None
+    book.answer("apr-1", False, None)
+    third = book.hold("c1", "pay", browser=False, hold=Hold.APPROVAL, approval_id="apr-3")
+    assert third.shown == ()
+    assert third.answer is not None and third.answer.approved is False
