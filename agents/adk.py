@@ -1,7 +1,12 @@
 """The one place that talks to ADK: loading agents, session stores, runs, history import.
 
-`AgentHost` owns the ADK `Runner` and session service for the process. Sessions are keyed by
-(user, chat id): one ADK session per chat. Everything the gateway keeps about a chat (pending
+Apps. `load_agents` reads the `--agent` spec: 'demo' and 'module:attr' are one app; an agents
+folder is every app ADK's own `AgentLoader` lists in it (packages, agent.py, root_agent.yaml),
+each app's `.env` loaded by that loader as `adk web` loads it. `AgentApps` holds one `AgentHost`
+per app, all on one session store, and picks the host of a request's `app` (absent: the default).
+
+`AgentHost` owns one app's ADK `Runner`. Sessions are keyed by (app, user, chat id): one ADK
+session per chat, under the app that answers it. Everything the gateway keeps about a chat (pending
 approvals, standing permissions) lives in that session's state, so it shares the store's
 durability: in memory it dies with the process, in SQLite or PostgreSQL it survives restarts.
 
@@ -29,13 +34,14 @@ import contextlib
 import importlib
 import json
 import os
-import sys
 import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
+from urllib.parse import urlparse
 
 import structlog
 from google.adk.agents import BaseAgent, LlmAgent
@@ -53,18 +59,21 @@ from opentelemetry import trace
 
 from agents.memory_store import MemorySessionService
 from agents.tools import Bounds, BoundsPlugin, PermissionPlugin, tool_kind
-from gateway.core.errors import ModelTimedOut, StoreUnavailable
+from gateway.core.errors import ModelTimedOut, StoreUnavailable, UnknownApp
 from gateway.core.kinds import ToolKind
 from gateway.core.requests import ToolPart, UIMessage
 from gateway.metrics import Metrics
 
 __all__ = [
+    "AgentApps",
     "AgentHost",
     "AgentLoadError",
     "GuardedSessionService",
+    "LoadedAgents",
     "MemorySessionService",
     "history_events",
     "load_agent",
+    "load_agents",
     "session_service_from_uri",
     "ui_message_content",
 ]
@@ -85,6 +94,17 @@ class AgentLoadError(ValueError):
 # --- loading -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class LoadedAgents:
+    """What an `--agent` spec names: each app's agent by app name (in a stable order), the app a
+    request without `app` gets, and the agents folder they came from (None for 'demo' and
+    'module:attr')."""
+
+    agents: dict[str, BaseAgent | App]
+    default: str
+    folder: Path | None = None
+
+
 def _agent_from_module_attr(spec: str) -> BaseAgent | App:
     module_name, _, attr = spec.partition(":")
     try:
@@ -101,61 +121,110 @@ def _agent_from_module_attr(spec: str) -> BaseAgent | App:
     return target
 
 
-def _agent_from_folder(spec: str) -> BaseAgent | App:
-    folder_text, _, app_name = spec.partition("::") if "::" in spec else (spec, "", "")
+def _agents_from_folder(spec: str, default: str) -> LoadedAgents:
+    """Every app of an agents folder, loaded by ADK's own `AgentLoader` (what `adk web` and
+    `adk api_server` use): packages, `agent.py` modules and `root_agent.yaml` configs, each app's
+    `.env` loaded as it is. A folder that is itself one app (agent.py or root_agent.yaml in it, or
+    a package) is that one app. The app name is the app's folder name, as in ADK."""
+    from google.adk.cli.service_registry import load_services_module
+    from google.adk.cli.utils.agent_loader import AgentLoader
+
+    import agents.scripted  # noqa: F401  (registers the offline `scripted` model for YAML agents)
+
+    folder_text, _, named = spec.partition("::")
     folder = Path(folder_text).resolve()
-    if (folder / "agent.py").is_file() or ((folder / "__init__.py").is_file() and not app_name):
-        app_name, folder = folder.name, folder.parent
-    if not app_name:
-        apps = sorted(p.name for p in folder.iterdir() if p.is_dir() and (p / "agent.py").is_file())
-        if not apps:
-            raise AgentLoadError(f"{folder} has no agent packages (folders with agent.py)")
-        app_name = apps[0]
-    sys.path.insert(0, str(folder))
-    try:
-        package = importlib.import_module(app_name)
-        module = package if hasattr(package, "root_agent") else importlib.import_module(f"{app_name}.agent")
-    except ImportError as exc:
-        raise AgentLoadError(f"cannot import agent package {app_name!r} from {folder}: {exc}") from None
-    for attr in ("root_agent", "app"):
-        target = getattr(module, attr, None)
-        if isinstance(target, BaseAgent | App):
-            return target
-    raise AgentLoadError(f"{app_name}/agent.py defines no root_agent")
+    loader = AgentLoader(str(folder))
+    names = loader.list_agents()
+    if not names and (folder / "__init__.py").is_file():
+        loader, names = AgentLoader(str(folder.parent)), [folder.name]  # a package that is one app
+    if not names:
+        raise AgentLoadError(f"{folder} has no agents (folders with agent.py, root_agent.yaml or __init__.py)")
+    agents_dir = Path(loader.agents_dir)
+    if any((agents_dir / name).is_file() for name in ("services.py", "services.yaml", "services.yml")):
+        load_services_module(str(agents_dir))  # the folder's own session-store schemes, as ADK does
+    default = default or named or names[0]
+    if default not in names:
+        raise AgentLoadError(f"{folder} has no app {default!r} (its apps: {', '.join(names)})")
+    loaded: dict[str, BaseAgent | App] = {}
+    for name in names:
+        try:
+            agent = loader.load_agent(name)
+        except Exception as exc:
+            raise AgentLoadError(f"cannot load app {name!r} from {agents_dir}: {exc}") from exc
+        if not isinstance(agent, BaseAgent | App):
+            raise AgentLoadError(f"app {name!r} in {agents_dir} is not an ADK agent or App")
+        loaded[name] = agent
+    return LoadedAgents(agents=loaded, default=default, folder=agents_dir)
 
 
-def load_agent(spec: str, model: str) -> BaseAgent | App:
-    """Loads 'demo', 'module:attr', or an ADK agents folder (FOLDER or FOLDER::APP)."""
+def load_agents(spec: str, model: str, *, default: str = "") -> LoadedAgents:
+    """Loads 'demo', 'module:attr' (one app each), or every app of an ADK agents folder.
+
+    `default` (`--app`) names the app a request without `app` gets; empty: the one named by
+    FOLDER::APP, else the first app in alphabetical order (the only one, for a single agent).
+
+    Raises:
+        AgentLoadError: the spec names no agent, an app fails to load, or `default` is no app.
+    """
+    if Path(spec.partition("::")[0]).is_dir():
+        return _agents_from_folder(spec, default)
     if spec == "demo":
         from agents.demo import build_demo_agent
 
-        return build_demo_agent(model)
-    if Path(spec.partition("::")[0]).is_dir():
-        return _agent_from_folder(spec)
-    if ":" in spec or "." in spec:
-        return _agent_from_module_attr(spec)
-    raise AgentLoadError(f"{spec!r} is neither 'demo', a module:attribute, nor a folder")
+        agent: BaseAgent | App = build_demo_agent(model)
+    elif ":" in spec or "." in spec:
+        agent = _agent_from_module_attr(spec)
+    else:
+        raise AgentLoadError(f"{spec!r} is neither 'demo', a module:attribute, nor a folder")
+    name = agent.name
+    if default and default != name:
+        raise AgentLoadError(f"--app {default!r}: {spec!r} serves one app, {name!r}")
+    return LoadedAgents(agents={name: agent}, default=name)
+
+
+def load_agent(spec: str, model: str) -> BaseAgent | App:
+    """The agent a request without `app` gets (see `load_agents`)."""
+    loaded = load_agents(spec, model)
+    return loaded.agents[loaded.default]
+
+
+# Schemes whose URIs this gateway spells its own way before ADK's factory sees them: ADK's own
+# SQLite store for both SQLite spellings, and the asyncio driver for PostgreSQL.
+_URI_SPELLINGS: Final = (("sqlite+aiosqlite://", "sqlite://"), ("postgresql://", "postgresql+asyncpg://"))
 
 
 def session_service_from_uri(
-    uri: str, *, memory_ttl_s: float = 0.0, memory_max_chats: int = 10_000
+    uri: str, *, memory_ttl_s: float = 0.0, memory_max_chats: int = 10_000, agents_dir: Path | None = None
 ) -> BaseSessionService:
+    """The session store a URI names. `memory://` is the gateway's own (`agents.memory_store`);
+    every other URI goes through ADK's service factory, as `adk api_server --session_service_uri`
+    takes it (sqlite, postgresql, mysql, agentengine, and schemes an agents folder's services.py
+    registers). `postgresql://` uses asyncpg; a SQLite file's folder is created."""
     if uri.startswith("memory://"):
         return MemorySessionService(ttl_s=memory_ttl_s, max_chats=memory_max_chats)
-    if uri.startswith(("sqlite://", "sqlite+aiosqlite://")):
-        from google.adk.sessions.sqlite_session_service import SqliteSessionService
+    from google.adk.cli.utils.service_factory import create_session_service_from_options
 
-        path = uri.split("://", 1)[1]
-        path = path[1:] if path.startswith("/") and not path.startswith("//") else path
-        path = "/" + path.lstrip("/") if path.startswith("/") else path
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return SqliteSessionService(path)
-    if uri.startswith(("postgresql://", "postgresql+asyncpg://")):
-        from google.adk.sessions import DatabaseSessionService
+    for spelling, canonical in _URI_SPELLINGS:
+        if uri.startswith(spelling):
+            uri = canonical + uri.removeprefix(spelling)
+            break
+    if uri.startswith("sqlite://"):
+        # ADK's reading of the path (SQLAlchemy's: sqlite:///relative.db, sqlite:////absolute.db).
+        path = urlparse(uri).path.removeprefix("/")
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return create_session_service_from_options(
+            base_dir=agents_dir or Path.cwd(), session_service_uri=uri, use_local_storage=False
+        )
+    except (ValueError, ImportError) as exc:
+        raise AgentLoadError(f"unsupported session store {redact_uri(uri)!r}: {exc}") from None
 
-        url = uri.replace("postgresql://", "postgresql+asyncpg://", 1)
-        return DatabaseSessionService(url)
-    raise AgentLoadError(f"unsupported session store {uri!r}")
+
+def redact_uri(uri: str) -> str:
+    """A store URI without its credentials, for messages."""
+    scheme, sep, rest = uri.partition("://")
+    return f"{scheme}{sep}{rest.rpartition('@')[2]}" if sep else uri
 
 
 # --- session stores -----------------------------------------------------------------------------
@@ -366,9 +435,19 @@ def telemetry_config() -> TelemetryConfig | None:
 
 
 class AgentHost:
-    """The ADK runner and session store of the process."""
+    """One app's ADK runner, and the session store (shared by every app of the process).
 
-    def __init__(self, agent: BaseAgent | App, session_service: BaseSessionService, *, max_llm_calls: int) -> None:
+    Its sessions live under `app_name`: the app's folder name for an agents folder (as in ADK's
+    own servers), else the App's or the root agent's name."""
+
+    def __init__(
+        self,
+        agent: BaseAgent | App,
+        session_service: BaseSessionService,
+        *,
+        max_llm_calls: int,
+        app_name: str | None = None,
+    ) -> None:
         plugin = PermissionPlugin()
         self.bounds = Bounds()
         bounds_plugin = BoundsPlugin(self.bounds)
@@ -380,12 +459,12 @@ class AgentHost:
             if not isinstance(app.root_agent, BaseAgent):
                 raise AgentLoadError("the App's root_agent must be an ADK agent")
             self.root_agent: BaseAgent = app.root_agent
-            self.app_name = app.name
-            self.runner = Runner(app=app, session_service=self.session_service)
+            self.app_name = app_name or app.name
+            self.runner = Runner(app=app, app_name=self.app_name, session_service=self.session_service)
         else:
             self.root_agent = agent
-            self.app_name = agent.name
-            self.runner = Runner(app_name=agent.name, agent=agent, session_service=self.session_service,
+            self.app_name = app_name or agent.name
+            self.runner = Runner(app_name=self.app_name, agent=agent, session_service=self.session_service,
                                  plugins=[bounds_plugin, plugin])
         self.max_llm_calls = max_llm_calls
         self._run_configs: dict[bool, RunConfig] = {}
@@ -557,3 +636,70 @@ class AgentHost:
         return self.runner.run_live(
             user_id=user_id, session_id=chat_id, live_request_queue=queue, run_config=run_config
         )
+
+
+class AgentApps:
+    """The apps this process serves (one `AgentHost` each, all on one session store), by name, and
+    the one a request without `app` gets.
+
+    A chat is known by (user, chat id) everywhere in the gateway; its ADK session lives under the
+    app that answers it. A chat id belongs to one app: the same id sent to another app is another
+    ADK session, which the gateway's stream log and run registry (keyed by chat id) do not tell
+    apart."""
+
+    def __init__(self, hosts: dict[str, AgentHost], default: str) -> None:
+        if default not in hosts:
+            raise AgentLoadError(f"no app {default!r} among {', '.join(hosts)}")
+        self.hosts = dict(hosts)
+        self.default = default
+
+    @classmethod
+    def single(cls, host: AgentHost) -> AgentApps:
+        return cls({host.app_name: host}, host.app_name)
+
+    @classmethod
+    def build(cls, loaded: LoadedAgents, session_service: BaseSessionService, *, max_llm_calls: int) -> AgentApps:
+        hosts = {
+            name: AgentHost(agent, session_service, max_llm_calls=max_llm_calls,
+                            app_name=name if loaded.folder is not None else None)
+            for name, agent in loaded.agents.items()
+        }
+        default = hosts[loaded.default].app_name
+        return cls({host.app_name: host for host in hosts.values()}, default)
+
+    @property
+    def default_host(self) -> AgentHost:
+        return self.hosts[self.default]
+
+    def names(self) -> list[str]:
+        """Every app's name, in the order the apps were listed (alphabetical for a folder)."""
+        return list(self.hosts)
+
+    def host(self, name: str | None) -> AgentHost:
+        """The host of app `name` (None: the default).
+
+        Raises:
+            UnknownApp: no app of that name is served.
+        """
+        if name is None:
+            return self.default_host
+        host = self.hosts.get(name)
+        if host is None:
+            raise UnknownApp(f"No app named {name!r} is served here; GET /api/apps lists them.")
+        return host
+
+    def configure(
+        self,
+        *,
+        model_timeout_s: float = 0.0,
+        tool_timeout_s: float = 0.0,
+        store_timeout_s: float = 0.0,
+        cancel_timeout_s: float = 5.0,
+        metrics: Metrics | None = None,
+        busy: Callable[[str, str], bool] | None = None,
+    ) -> None:
+        """`AgentHost.configure` for every app."""
+        for host in self.hosts.values():
+            host.configure(model_timeout_s=model_timeout_s, tool_timeout_s=tool_timeout_s,
+                           store_timeout_s=store_timeout_s, cancel_timeout_s=cancel_timeout_s, metrics=metrics,
+                           busy=busy)

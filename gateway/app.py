@@ -18,7 +18,7 @@ from pathlib import Path
 import structlog
 from aiohttp import WSCloseCode, web
 
-from agents.adk import AgentHost, load_agent, session_service_from_uri
+from agents.adk import AgentApps, AgentHost, load_agents, session_service_from_uri
 from gateway.config import Settings
 from gateway.core.errors import GatewayError, OriginRefused, ServiceUnavailable, Unauthorized, UnsupportedMediaType
 from gateway.keys import AUTH, DRAINING, HOST, IDENTITY, METRICS, REGISTRY, SERVICE, SETTINGS, SHUTDOWN_ERRORS
@@ -30,7 +30,7 @@ from gateway.services.registry import Limits, Registry
 from gateway.services.streams import MemoryStreamStore, StreamStore
 from gateway.tracing import server_spans, tracing_enabled
 
-__all__ = ["Services", "build_services", "make_app", "run_steps"]
+__all__ = ["Services", "build_apps", "build_services", "make_app", "run_steps"]
 
 log = structlog.get_logger("gateway.app")
 
@@ -73,18 +73,23 @@ class Services:
 
     settings: Settings
     metrics: Metrics
-    host: AgentHost
+    apps: AgentApps
     registry: Registry
     streams: StreamStore
     chat: ChatService
 
+    @property
+    def host(self) -> AgentHost:
+        """The default app's host."""
+        return self.apps.default_host
+
     def closing_steps(self) -> list[Step]:
-        """How they are closed, in order: every run stopped, then the stores, then the agent."""
+        """How they are closed, in order: every run stopped, then the stores, then each app."""
         return [
             ("stop runs", self.registry.aclose),
             ("close leases", self.registry.leases.aclose),
             ("close stream store", self.streams.aclose),
-            ("close agent host", self.host.aclose),
+            *((f"close agent host {name}", host.aclose) for name, host in self.apps.hosts.items()),
         ]
 
     async def aclose(self) -> None:
@@ -93,28 +98,37 @@ class Services:
             raise ExceptionGroup("closing the services failed", errors)
 
 
-def build_services(settings: Settings, *, host: AgentHost | None = None, metrics: Metrics | None = None) -> Services:
-    """The agent host (the settings' agent unless one is given), the registry, the stream store
-    and the chat service, wired together."""
+def build_apps(settings: Settings) -> AgentApps:
+    """Every app the settings' `--agent` names, on the one session store `--session-store` names.
+    The apps load first: their `.env` files may hold what the store needs (as with `adk web`)."""
+    loaded = load_agents(settings.agent, settings.effective_model(), default=settings.app)
+    store = session_service_from_uri(settings.session_store, memory_ttl_s=settings.memory_ttl_s,
+                                     memory_max_chats=settings.memory_max_chats, agents_dir=loaded.folder)
+    return AgentApps.build(loaded, store, max_llm_calls=settings.max_llm_calls)
+
+
+def build_services(
+    settings: Settings, *, host: AgentHost | AgentApps | None = None, metrics: Metrics | None = None
+) -> Services:
+    """The apps (the settings' agent unless a host or apps are given), the registry, the stream
+    store and the chat service, wired together."""
     metrics = metrics or Metrics()
-    if host is None:
-        agent = load_agent(settings.agent, settings.effective_model())
-        store = session_service_from_uri(settings.session_store, memory_ttl_s=settings.memory_ttl_s,
-                                         memory_max_chats=settings.memory_max_chats)
-        host = AgentHost(agent, store, max_llm_calls=settings.max_llm_calls)
+    if isinstance(host, AgentHost):
+        host = AgentApps.single(host)
+    apps = build_apps(settings) if host is None else host
     registry = Registry(detach_on_disconnect=settings.detach_on_disconnect,
                         busy_grace_s=settings.busy_grace_ms / 1000,
                         limits=Limits.from_settings(settings), metrics=metrics,
                         leases=leases_for(settings.session_store, settings.stream_store))
-    host.configure(model_timeout_s=settings.model_timeout_s, tool_timeout_s=settings.tool_timeout_s,
+    apps.configure(model_timeout_s=settings.model_timeout_s, tool_timeout_s=settings.tool_timeout_s,
                    store_timeout_s=settings.store_timeout_s, cancel_timeout_s=settings.cancel_timeout_s,
                    metrics=metrics, busy=lambda user, chat: registry.active_run((user, chat)) is not None)
     streams = _stream_store(settings)
     streams.listen_for_stops(registry.stop_soon)
-    chat = ChatService(host, registry, streams, approval_timeout_s=settings.approval_timeout_s,
+    chat = ChatService(apps, registry, streams, approval_timeout_s=settings.approval_timeout_s,
                        stream_max_bytes=settings.stream_buffer_bytes, max_json_depth=settings.max_json_depth,
                        metrics=metrics)
-    return Services(settings=settings, metrics=metrics, host=host, registry=registry, streams=streams, chat=chat)
+    return Services(settings=settings, metrics=metrics, apps=apps, registry=registry, streams=streams, chat=chat)
 
 
 async def _agent_context(app: web.Application) -> AsyncIterator[None]:
@@ -123,8 +137,8 @@ async def _agent_context(app: web.Application) -> AsyncIterator[None]:
     app[HOST] = services.host
     app[REGISTRY] = services.registry
     app[SERVICE] = services.chat
-    log.info("agent_ready", app_name=services.host.app_name, model=settings.effective_model(),
-             session_store=settings.session_store.split("://")[0])
+    log.info("agent_ready", app_name=services.host.app_name, apps=services.apps.names(),
+             model=settings.effective_model(), session_store=settings.session_store.split("://")[0])
     try:
         yield
     finally:
@@ -357,6 +371,15 @@ async def readyz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ready", "agent": host.app_name})
 
 
+async def apps(request: web.Request) -> web.Response:
+    """The apps this gateway serves, in a stable order; `default` marks the one a request without
+    `app` gets."""
+    if SERVICE not in request.app:
+        raise ServiceUnavailable("The gateway is starting; try again.")
+    served = request.app[SERVICE].apps
+    return web.json_response({"apps": [{"name": name, "default": name == served.default} for name in served.names()]})
+
+
 async def me(request: web.Request) -> web.Response:
     """Who the credential names; pages call it to learn whether they must ask for a token."""
     return web.json_response({"user": identity_of(request).user_id, "auth": request.app[AUTH].mode})
@@ -416,6 +439,7 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
     app.router.add_post("/api/chat", chat_post)
     app.router.add_get(WS_PATH, chat_socket)
     app.router.add_get("/api/me", me)
+    app.router.add_get("/api/apps", apps)
     app.router.add_get("/api/chat/{chat_id}/stream", chat_resume)
     app.router.add_post("/api/chat/{chat_id}/stop", chat_stop)
     app.router.add_get("/healthz", healthz)

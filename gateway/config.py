@@ -9,14 +9,16 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-__all__ = ["ENV_PREFIX", "Settings", "SettingsError", "is_loopback", "load_settings", "settings_table"]
+__all__ = ["ENV_PREFIX", "Settings", "SettingsError", "is_loopback", "load_settings", "settings_table", "uses_vertex"]
 
 ENV_PREFIX = "ADK_GATEWAY_"
+SESSION_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 SECRET_SETTINGS = frozenset({"auth_jwt_secret", "metrics_token"})
 
 
@@ -41,17 +43,25 @@ class Settings(BaseModel):
     port: int = Field(default=8080, ge=0, le=65535, description="Port to listen on (0 picks a free one).")
     agent: str = Field(
         default="demo",
-        description="Agent to serve: 'demo', 'package.module:attribute', or an ADK agents folder "
-        "(as `adk web` takes it: the first app, or FOLDER::APP).",
+        description="Agent to serve: 'demo', 'package.module:attribute', or an ADK agents folder (as `adk web` "
+        "takes it: every app in it is served, a request's `app` body field picks one; FOLDER::APP is FOLDER "
+        "with --app APP).",
+    )
+    app: str = Field(
+        default="",
+        description="The app a request without `app` is served by (empty: the only app, or the first of an "
+        "agents folder in alphabetical order).",
     )
     model: str = Field(
         default="",
         description="Model for the demo agent: 'scripted' (offline) or a Gemini model name. "
-        "Empty: Gemini (gemini-2.5-flash) when GOOGLE_API_KEY is set, else scripted.",
+        "Empty: Gemini (gemini-2.5-flash) when GOOGLE_API_KEY is set or Vertex AI is "
+        "(GOOGLE_GENAI_USE_VERTEXAI=true and GOOGLE_CLOUD_PROJECT), else scripted.",
     )
     session_store: str = Field(
         default="memory://",
-        description="ADK session store: memory://, sqlite:///path/to.db, or postgresql://user@host/db.",
+        description="ADK session store: memory:// (the gateway's own), or any URI `adk api_server "
+        "--session_service_uri` takes: sqlite:///path/to.db, postgresql://user@host/db, agentengine://ID, ...",
     )
     stream_store: str = Field(
         default="memory://",
@@ -213,9 +223,9 @@ class Settings(BaseModel):
     @field_validator("session_store")
     @classmethod
     def _session_store(cls, value: str) -> str:
-        allowed = ("memory://", "sqlite://", "sqlite+aiosqlite://", "postgresql://", "postgresql+asyncpg://")
-        if not value.startswith(allowed):
-            raise ValueError("must start with memory://, sqlite:/// or postgresql://")
+        # Which schemes exist is ADK's service registry's to say (at start); here only the shape.
+        if not SESSION_URI.match(value):
+            raise ValueError("must be a URI such as memory://, sqlite:///path/to.db or postgresql://user@host/db")
         return value
 
     @field_validator("stream_store")
@@ -273,10 +283,19 @@ class Settings(BaseModel):
         return frozenset(o.strip().rstrip("/") for o in self.allowed_origins.split(",") if o.strip())
 
     def effective_model(self, env: Mapping[str, str] | None = None) -> str:
+        """--model, else Gemini when google-genai has credentials to reach it (an API key, or Vertex
+        AI settings as `adk web` reads them), else the offline scripted model."""
         env = os.environ if env is None else env
         if self.model:
             return self.model
-        return "gemini-2.5-flash" if env.get("GOOGLE_API_KEY") else "scripted"
+        return "gemini-2.5-flash" if env.get("GOOGLE_API_KEY") or uses_vertex(env) else "scripted"
+
+
+def uses_vertex(env: Mapping[str, str]) -> bool:
+    """Gemini through Vertex AI: GOOGLE_GENAI_USE_VERTEXAI true (or 1) with a GOOGLE_CLOUD_PROJECT
+    (google-genai then authenticates with the application default credentials)."""
+    flag = env.get("GOOGLE_GENAI_USE_VERTEXAI", "").strip().lower()
+    return flag in ("true", "1") and bool(env.get("GOOGLE_CLOUD_PROJECT"))
 
 
 def settings_table() -> str:

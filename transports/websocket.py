@@ -473,7 +473,7 @@ class SocketSession:
         )
         try:
             live = await start_live(self.service, self.conn, user_id=ctx.user_id, chat_id=frame.id,
-                                    options=options, deliver=deliver_live)
+                                    options=options, deliver=deliver_live, app=frame.app)
         except GatewayError as exc:
             # Over `--max-live-sessions` too: an `error` frame `overloaded` for this request, not a
             # 1013 close, which would also end every other request on the socket.

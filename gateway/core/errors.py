@@ -11,6 +11,7 @@
     ├── ChatBusy                      409     chat_busy
     ├── ContinuationRefused           409     continuation_refused
     ├── NotFound                      404     not_found
+    │   └── UnknownApp                404     unknown_app      (a request's `app` names no served app)
     ├── AgentFailed                   500     agent_failed
     ├── ModelTimedOut                 504     model_timeout     (inside a run: an `error` chunk)
     ├── SlowReader                    -       slow_reader       (mid-stream only: SSE cut, close 4008)
@@ -52,6 +53,7 @@ __all__ = [
     "TooManyRuns",
     "TooManySockets",
     "Unauthorized",
+    "UnknownApp",
     "UnsupportedMediaType",
 ]
 
@@ -165,6 +167,11 @@ class NotFound(GatewayError):
     status = 404
     code = "not_found"
     default_message = "Not found."
+
+
+class UnknownApp(NotFound):
+    code = "unknown_app"
+    default_message = "This gateway serves no app of that name (GET /api/apps lists them)."
 
 
 class AgentFailed(GatewayError):

@@ -63,6 +63,8 @@ __all__ = [
 ]
 
 ChatId = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f/]+$")]
+# An app's name (ADK's app names are Python identifiers; App names may also carry "." and "-").
+AppName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9_.-]+$")]
 # The hard ceiling (the largest `--max-history-messages`); the configured cap is checked first, 413.
 MAX_MESSAGES = 100_000
 # Messages whose id, role and parts are checked between two returns to the event loop (about 1 ms).
@@ -227,11 +229,14 @@ class PostedHistory(_Loose):
 
 
 class ChatRequest(PostedHistory):
-    """The body `DefaultChatTransport` POSTs (extra body fields are allowed and kept)."""
+    """The body `DefaultChatTransport` POSTs (extra body fields are allowed and kept). `app` (an
+    extra body field of the transport's `body` option) names the app to answer; absent: the
+    default app."""
 
     id: ChatId
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     messageId: str | None = Field(default=None, max_length=256)
+    app: AppName | None = None
 
 
 class SendFrame(PostedHistory):
@@ -278,10 +283,19 @@ class LiveStartFrame(_Loose):
     type: Literal["live-start"]
     requestId: str = Field(min_length=1, max_length=256)
     id: ChatId
+    app: AppName | None = None  # the app to answer; absent: `body.app` (as a `send` frame), else the default
     sampleRate: int = Field(default=16_000, ge=8_000, le=96_000)
     handsFree: bool = False
     headers: dict[str, str] = Field(default_factory=dict)
     body: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _app_from_body(cls, data: Any) -> Any:
+        body = data.get("body") if isinstance(data, dict) else None
+        if isinstance(body, dict) and body.get("app") is not None and data.get("app") is None:
+            return {**data, "app": body["app"]}
+        return data
 
 
 class LiveControlFrame(_Loose):

@@ -2,7 +2,9 @@
 
 How it works
 ------------
-`ChatService.start()` claims the chat (one run per chat), reads the chat's ADK session and its
+`ChatService.start()` picks the request's app (`request.app`, absent: the default; an unknown one
+is refused with `UnknownApp` before anything else), claims the chat (one run per chat — a chat id
+belongs to one app), reads the chat's ADK session (under that app) and its
 `ApprovalBook`, and *plans* the turn before anything is streamed, so that a bad request (a forged
 or replayed approval, a continuation with nothing new) is refused with a status and nothing runs:
 
@@ -46,7 +48,7 @@ from google.adk.agents.invocation_context import LlmCallsLimitExceededError
 from google.adk.events import Event
 from google.genai import types
 
-from agents.adk import AgentHost, ui_message_content
+from agents.adk import AgentApps, AgentHost, ui_message_content
 from agents.events import agent_event
 from agents.tools import APPROVALS_STATE_KEY
 from gateway.core.approval import (
@@ -115,9 +117,11 @@ def _new_approval_id() -> str:
 
 
 class ChatService:
+    """Runs chats on the apps it serves: `apps` (or one `AgentHost`, served as the only app)."""
+
     def __init__(
         self,
-        host: AgentHost,
+        apps: AgentApps | AgentHost,
         registry: Registry,
         streams: StreamStore,
         *,
@@ -126,7 +130,7 @@ class ChatService:
         max_json_depth: int = 64,
         metrics: Metrics | None = None,
     ) -> None:
-        self.host = host
+        self.apps = apps if isinstance(apps, AgentApps) else AgentApps.single(apps)
         self.registry = registry
         self.streams = streams
         self.approval_timeout_s = approval_timeout_s
@@ -134,38 +138,47 @@ class ChatService:
         self.max_json_depth = max_json_depth
         self.metrics = metrics or Metrics()
 
+    @property
+    def host(self) -> AgentHost:
+        """The default app's host."""
+        return self.apps.default_host
+
     # --- entry point -----------------------------------------------------------------------
 
     async def start(self, request: ChatRequest, ctx: RequestContext, conn: Connection) -> ChatRun:
-        """Plans and starts a run. Raises a `GatewayError` before anything is streamed."""
+        """Plans and starts a run on the request's app. Raises a `GatewayError` before anything is
+        streamed (`UnknownApp` before the chat is claimed)."""
+        host = self.apps.host(request.app)
         key: ChatKey = (ctx.user_id, request.id)
         stream_log = StreamLog(key=key, max_bytes=self.stream_max_bytes)
         run = await self.registry.claim(key, conn, stream_log)
         try:
-            plan = await self._plan(request, ctx)
+            plan = await self._plan(host, request, ctx)
         except BaseException:
             self.registry.release_unstarted(run)
             raise
         stream_log.replay_prefix = plan.replay_prefix
         self.streams.add(stream_log)
         self.metrics.runs_started.inc()
-        self.registry.start(run, self._execute(run, plan, ctx, request.id))
+        self.registry.start(run, self._execute(host, run, plan, ctx, request.id))
         return run
 
     # --- planning --------------------------------------------------------------------------
 
-    async def _plan(self, request: ChatRequest, ctx: RequestContext) -> TurnPlan:
+    async def _plan(self, host: AgentHost, request: ChatRequest, ctx: RequestContext) -> TurnPlan:
         last = request.last
         if last.role == "assistant":
-            return await self._plan_continuation(request, ctx, last)
+            return await self._plan_continuation(host, request, ctx, last)
         if last.role != "user":
             raise BadRequest("The last message must come from the user or the assistant.")
-        return await self._plan_new_turn(request, ctx, last)
+        return await self._plan_new_turn(host, request, ctx, last)
 
-    async def _plan_new_turn(self, request: ChatRequest, ctx: RequestContext, last: UIMessage) -> TurnPlan:
+    async def _plan_new_turn(
+        self, host: AgentHost, request: ChatRequest, ctx: RequestContext, last: UIMessage
+    ) -> TurnPlan:
         user, chat = ctx.user_id, request.id
         earlier = request.earlier
-        session = await self.host.get_session(user, chat, events=False)
+        session = await host.get_session(user, chat, events=False)
         synced = session.state.get(HISTORY_STATE_KEY) if session is not None else None
         # The client's history is the truth: an unknown chat imports it; a regenerate, an edited
         # message or any other divergence from the turns this session ran rebuilds the session.
@@ -176,9 +189,9 @@ class ChatService:
                 self.metrics.sessions_rebuilt.labels(reason=reason).inc()
                 log.info("session_rebuilt", chat_id=chat, reason=reason)
             history = await self._validated(earlier)
-            session = await self.host.reset_session(user, chat, exists=session is not None)
+            session = await host.reset_session(user, chat, exists=session is not None)
             if history:
-                await self.host.import_history(session, history)
+                await host.import_history(session, history)
         book = ApprovalBook.from_state(session.state.get(APPROVALS_STATE_KEY))
         for abandoned in book.abandon_all():
             log.info("approval_abandoned", chat_id=chat, tool_call_id=abandoned.tool_call_id)
@@ -200,10 +213,10 @@ class ChatService:
             raise BadRequest(exc.message, code="invalid_json", detail=exc.reason) from None
 
     async def _plan_continuation(
-        self, request: ChatRequest, ctx: RequestContext, last: UIMessage
+        self, host: AgentHost, request: ChatRequest, ctx: RequestContext, last: UIMessage
     ) -> TurnPlan:
         user, chat = ctx.user_id, request.id
-        session = await self.host.get_session(user, chat, events=False)
+        session = await host.get_session(user, chat, events=False)
         # No session for this user and chat: nothing was asked here, so any approval in the
         # message was issued elsewhere (another user or chat) and is refused as such below.
         state = session.state if session is not None else {}
@@ -250,10 +263,10 @@ class ChatService:
 
     # --- running ---------------------------------------------------------------------------
 
-    async def _execute(self, run: ChatRun, plan: TurnPlan, ctx: RequestContext, chat_id: str) -> None:
+    async def _execute(self, host: AgentHost, run: ChatRun, plan: TurnPlan, ctx: RequestContext, chat_id: str) -> None:
         book = plan.book
         converter = ResponseConverter(
-            message_id=plan.message_id, tool_kinds=self.host.tool_kind, refused_tools=book.refused_tools(),
+            message_id=plan.message_id, tool_kinds=host.tool_kind, refused_tools=book.refused_tools(),
             reported=book.reported,
         )
         turn = plan.turn
@@ -271,12 +284,12 @@ class ChatService:
             for call_id in plan.awaiting_client:
                 converter.await_client(call_id)
             if plan.interrupted:
-                await self._append_interrupts(ctx.user_id, chat_id, plan)
-                await self._save(ctx.user_id, chat_id, book, turn)
+                await self._append_interrupts(host, ctx.user_id, chat_id, plan)
+                await self._save(host, ctx.user_id, chat_id, book, turn)
                 emit(converter.finish("interrupted"))
                 return
             if plan.new_message is not None:
-                events = self.host.run(ctx.user_id, chat_id, plan.new_message, state_delta=plan.state_delta)
+                events = host.run(ctx.user_id, chat_id, plan.new_message, state_delta=plan.state_delta)
                 async for event in events:
                     self._convert(event, converter, book, turn, emit)
             # The run's first event wrote the plan's state; a run that changed nothing of it (no
@@ -284,16 +297,16 @@ class ChatService:
             # session one event fewer per turn. A plan that ran nothing (an approved browser tool
             # re-announced) writes here only.
             if plan.new_message is None or self._changed(plan, book, turn):
-                await self._save(ctx.user_id, chat_id, book, turn)
+                await self._save(host, ctx.user_id, chat_id, book, turn)
             emit(converter.finish())
         except LlmCallsLimitExceededError:
             outcome = "limit"
-            log.warning("llm_call_limit", chat_id=chat_id, limit=self.host.max_llm_calls)
-            await self._save_quietly(ctx.user_id, chat_id, book, turn)
+            log.warning("llm_call_limit", chat_id=chat_id, limit=host.max_llm_calls)
+            await self._save_quietly(host, ctx.user_id, chat_id, book, turn)
             emit(converter.finish("length", {"finishDetail": "max_llm_calls"}))
         except asyncio.CancelledError:
             outcome = "stopped"
-            await self._save_while_stopping(ctx.user_id, chat_id, book, turn)
+            await self._save_while_stopping(host, ctx.user_id, chat_id, book, turn)
             emit(converter.abort("stopped"))
             raise
         except Exception as exc:
@@ -307,7 +320,7 @@ class ChatService:
                 outcome = "timeout" if isinstance(known, ModelTimedOut) else known.error_code
                 text = known.message
                 log.warning("run_failed", chat_id=chat_id, code=known.error_code, detail=known.detail)
-            await self._save_quietly(ctx.user_id, chat_id, book, turn)
+            await self._save_quietly(host, ctx.user_id, chat_id, book, turn)
             emit(converter.error(text))
         finally:
             if converter.errored and outcome == "ok":
@@ -356,19 +369,19 @@ class ChatService:
                 book.track(effect.tool_call_id, effect.tool_name, browser=True)
                 turn["asks"] = turn.get("asks", 0) + 1
 
-    async def _append_interrupts(self, user: str, chat: str, plan: TurnPlan) -> None:
+    async def _append_interrupts(self, host: AgentHost, user: str, chat: str, plan: TurnPlan) -> None:
         if not plan.interrupt_responses:
             return
-        session = await self.host.get_session(user, chat, events=False)
+        session = await host.get_session(user, chat, events=False)
         if session is None:
             return
         event = Event(
             invocation_id=f"interrupt-{uuid.uuid4().hex[:12]}",
-            author=self.host.root_agent.name,
+            author=host.root_agent.name,
             content=types.Content(role="user", parts=plan.interrupt_responses),
             timestamp=time.time(),
         )
-        await self.host.session_service.append_event(session, event)
+        await host.session_service.append_event(session, event)
 
     @staticmethod
     def _changed(plan: TurnPlan, book: ApprovalBook, turn: dict[str, int]) -> bool:
@@ -376,20 +389,24 @@ class ChatService:
         return (plan.state_delta.get(APPROVALS_STATE_KEY) != book.to_state()
                 or plan.state_delta.get(TURN_STATE_KEY) != turn)
 
-    async def _save(self, user: str, chat: str, book: ApprovalBook, turn: dict[str, int]) -> None:
-        await self.host.save_state(user, chat, {APPROVALS_STATE_KEY: book.to_state(), TURN_STATE_KEY: turn})
+    async def _save(self, host: AgentHost, user: str, chat: str, book: ApprovalBook, turn: dict[str, int]) -> None:
+        await host.save_state(user, chat, {APPROVALS_STATE_KEY: book.to_state(), TURN_STATE_KEY: turn})
 
-    async def _save_quietly(self, user: str, chat: str, book: ApprovalBook, turn: dict[str, int]) -> None:
+    async def _save_quietly(
+        self, host: AgentHost, user: str, chat: str, book: ApprovalBook, turn: dict[str, int]
+    ) -> None:
         try:
-            await self._save(user, chat, book, turn)
+            await self._save(host, user, chat, book, turn)
         except Exception as exc:
             log.warning("state_save_failed", chat_id=chat, error=repr(exc))
 
-    async def _save_while_stopping(self, user: str, chat: str, book: ApprovalBook, turn: dict[str, int]) -> None:
+    async def _save_while_stopping(
+        self, host: AgentHost, user: str, chat: str, book: ApprovalBook, turn: dict[str, int]
+    ) -> None:
         """Saves the book of a run being stopped: approvals its client already received stay
         answerable. The save (bounded by the store timeout) is shielded: a second cancellation,
         e.g. at shutdown, stops the wait for it, not the save."""
-        save = asyncio.ensure_future(self._save_quietly(user, chat, book, turn))
+        save = asyncio.ensure_future(self._save_quietly(host, user, chat, book, turn))
         try:
             await asyncio.shield(save)
         except asyncio.CancelledError:

@@ -153,18 +153,20 @@ async def start_live(
     chat_id: str,
     options: LiveOptions,
     deliver: Deliver,
+    app: str | None = None,
 ) -> LiveHandle:
-    """Opens a live session for `conn` (see the module docstring) and returns it running;
-    `deliver` follows the session's log to the client.
+    """Opens a live session of app `app` (None: the default app) for `conn` (see the module
+    docstring) and returns it running; `deliver` follows the session's log to the client.
 
     Raises:
-        GatewayError: before anything starts — the chat is busy (`ChatBusy`), or the process runs
-            `--max-live-sessions` already (`Overloaded`).
+        GatewayError: before anything starts — no such app (`UnknownApp`), the chat is busy
+            (`ChatBusy`), or the process runs `--max-live-sessions` already (`Overloaded`).
     """
+    host = service.apps.host(app)
     key = (user_id, chat_id)
     stream_log = StreamLog(key=key, max_bytes=service.stream_max_bytes)
     session = LiveSession(
-        service.host, user_id=user_id, chat_id=chat_id, log=stream_log, input_rate=options.input_rate,
+        host, user_id=user_id, chat_id=chat_id, log=stream_log, input_rate=options.input_rate,
         hands_free=options.hands_free, vad_silence_ms=options.vad_silence_ms,
         vad_threshold_dbfs=options.vad_threshold_dbfs, approval_timeout_s=options.approval_timeout_s,
         metrics=service.metrics,

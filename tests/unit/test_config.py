@@ -99,7 +99,7 @@ def test_wrong_boolean_names_the_flag_and_the_variable() -> None:
         ([], {"ADK_GATEWAY_PORT": "-1"}, "--port"),
         (["--keepalive-s", "0"], {}, "--keepalive-s"),
         (["--log-level", "loud"], {}, "--log-level"),
-        (["--session-store", "mysql://x"], {}, "--session-store"),
+        (["--session-store", "no-scheme-here"], {}, "--session-store"),
         (["--stream-store", "file:///tmp"], {}, "--stream-store"),
         (["--agent", "   "], {}, "--agent"),
         (["--max-body-bytes", "10"], {}, "--max-body-bytes"),
