@@ -15,7 +15,8 @@ up after the socket was busy), they go out together (`Transport.send_entries`), 
 frame per chunk, back to back under one hold of the socket (aiohttp's `send_frame` only waits for
 a drain once its writer has buffered 64 KiB, so consecutive frames are not drained one by one).
 The chunks after the first are taken from the log lazily, as the transport writes them: until the
-write that carries them they stay in the log, counted in the follower's backlog.
+write that carries them they stay in the log, counted in the follower's backlog. When the log has
+ended and a batch takes the rest of it, the transport ends the response with it (`finish`).
 
 Slow readers
 ------------
@@ -147,6 +148,12 @@ class Transport(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Ends the response normally."""
+
+    async def finish(self, entries: Iterable[LogEntry]) -> None:
+        """Sends the last chunks of an ended log and ends the response (`close`); transports
+        that can do both in one write override this."""
+        await self.send_entries(entries)
+        await self.close()
 
     async def abort(self, error: GatewayError) -> None:
         """Ends a response that was cut (`error`), as well as the connection still allows: by
@@ -350,7 +357,17 @@ async def deliver(
                     raise
                 break
             if entry is not None:
-                await transport.send_entries(_waiting(follower, entry, guard))
+                batch = _waiting(follower, entry, guard)
+                if stream_log.closed:
+                    # The run is over, so what is left is all in the log: when this batch takes
+                    # the rest, the response ends with the same write.
+                    entries = list(batch)
+                    if follower.caught_up and (guard is None or guard.error is None):
+                        await transport.finish(entries)
+                        stream_log.delivered = True
+                        return
+                    batch = iter(entries)
+                await transport.send_entries(batch)
                 last_sent = loop.time()
             elif stream_log.closed:
                 await transport.close()

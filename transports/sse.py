@@ -5,7 +5,8 @@ cancels its handler at once; leaving `registry.connection()` then stops the run 
 detach on disconnect) and waits for it, so no tool runs after the client is gone.
 
 Writes: chunks already waiting in the log go out as one `write` of their events (see
-`transports.base`, "Writes are coalesced").
+`transports.base`, "Writes are coalesced"); once the run has ended, its last chunks, `[DONE]` and
+the end of the chunked body are one write (`finish`).
 
 Memory: a held stream keeps its handler's frame and the objects below (a slotted transport, the
 guard, the registry connection, the run); the parsed request body is let go once the run has
@@ -75,22 +76,37 @@ class SSETransport(Transport):
     async def send_encoded(self, chunk: bytes) -> None:
         await self._write(encoding.sse_data(chunk))
 
-    async def send_entries(self, entries: Iterable[LogEntry]) -> None:
-        """Every chunk waiting, as the events of one write."""
+    def _events(self, entries: Iterable[LogEntry]) -> list[bytes]:
         parts: list[bytes] = []
         for entry in entries:
             data = adapt_entry(entry, self.major)
             if data is not None:
                 parts += (b"data: ", data, b"\n\n")
-        if parts:
+        return parts
+
+    async def send_entries(self, entries: Iterable[LogEntry]) -> None:
+        """Every chunk waiting, as the events of one write."""
+        if parts := self._events(entries):
             await self._write(b"".join(parts))
 
     async def keepalive(self) -> None:
         await self._write(encoding.SSE_KEEPALIVE)
 
     async def close(self) -> None:
-        await self._write(encoding.SSE_DONE)
-        await self.response.write_eof()
+        await self._end(encoding.SSE_DONE)
+
+    async def finish(self, entries: Iterable[LogEntry]) -> None:
+        """The last chunks, `[DONE]` and the end of the body in one write."""
+        parts = self._events(entries)
+        parts.append(encoding.SSE_DONE)
+        await self._end(b"".join(parts))
+
+    async def _end(self, data: bytes) -> None:
+        if self.guard is None:
+            await self.response.write_eof(data)
+            return
+        with self.guard.writing():
+            await self.response.write_eof(data)
 
     async def abort(self, error: GatewayError) -> None:
         """A cut stream: an `error` chunk and `[DONE]` if they can still be written (the guard

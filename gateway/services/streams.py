@@ -152,6 +152,12 @@ class Follower:
         """Bytes in the log this follower has not taken yet (overrun: what it had not read then)."""
         return self._dropped if self.overrun else self.log.appended_bytes - self._taken
 
+    @property
+    def caught_up(self) -> bool:
+        """Whether this follower has taken every chunk the log holds now."""
+        return not self.overrun and not self._queued and self.position >= self.log.end and (
+            self._prefix is None or not self.log.closed)
+
     def _overrun(self) -> None:
         self._dropped = self.backlog
         self.overrun = True

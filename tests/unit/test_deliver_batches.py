@@ -149,7 +149,9 @@ class FakeResponse:
     async def write(self, data: bytes) -> None:
         self.writes.append(bytes(data))
 
-    async def write_eof(self) -> None:
+    async def write_eof(self, data: bytes = b"") -> None:
+        if data:
+            self.writes.append(bytes(data))
         self.eof = True
 
 
@@ -167,15 +169,35 @@ def sse_data(raw: bytes) -> list[dict[str, Any]]:
     return [json.loads(event.removeprefix("data: ")) for event in events[:-1]]
 
 
-async def test_sse_writes_the_events_of_every_waiting_chunk_in_one_write() -> None:
+def without_done(raw: bytes) -> bytes:
+    assert raw.endswith(encoding.SSE_DONE)
+    return raw[: -len(encoding.SSE_DONE)]
+
+
+async def test_sse_writes_the_events_of_every_waiting_chunk_of_an_ended_log_and_done_in_one_write() -> None:
     chunks = [{"type": "start", "messageId": "m"}, delta("a "), delta("b "), {"type": "finish", "finishReason": "stop"}]
     log = new_log(*chunks, closed=True)
     transport, response = sse_transport(7)
     with log.attach(0) as follower:
         await deliver(follower, transport, keepalive_s=15.0)
-    assert len(response.writes) == 2 and response.eof
-    assert sse_data(response.writes[0]) == chunks
-    assert response.writes[1] == encoding.SSE_DONE
+    assert len(response.writes) == 1 and response.eof
+    assert sse_data(without_done(response.writes[0])) == chunks
+
+
+async def test_sse_ends_with_a_write_of_its_own_when_the_log_ends_after_its_last_chunk_was_sent() -> None:
+    log = new_log({"type": "start", "messageId": "m"}, delta("a "))
+    transport, response = sse_transport(7)
+    with log.attach(0) as follower:
+        delivery = asyncio.create_task(deliver(follower, transport, keepalive_s=None))
+        while len(response.writes) < 1:
+            await asyncio.sleep(0)
+        log.append({"type": "finish", "finishReason": "stop"})
+        log.close()
+        await delivery
+    assert response.eof
+    assert sse_data(response.writes[0]) == [{"type": "start", "messageId": "m"}, delta("a ")]
+    assert sse_data(without_done(response.writes[1])) == [{"type": "finish", "finishReason": "stop"}]
+    assert len(response.writes) == 2
 
 
 async def test_sse_batch_is_adapted_for_an_ai_6_client() -> None:
@@ -189,7 +211,8 @@ async def test_sse_batch_is_adapted_for_an_ai_6_client() -> None:
     transport, response = sse_transport(6)
     with log.attach(0) as follower:
         await deliver(follower, transport, keepalive_s=None)
-    assert sse_data(response.writes[0]) == [{"type": "start"}, delta("ok "), {"type": "finish", "finishReason": "stop"}]
+    assert sse_data(without_done(response.writes[0])) == [
+        {"type": "start"}, delta("ok "), {"type": "finish", "finishReason": "stop"}]
 
 
 async def test_sse_batch_of_chunks_an_ai_6_client_does_not_get_writes_nothing() -> None:
