@@ -55,6 +55,7 @@ __all__ = [
     "ValidationError",
     "describe",
     "history_digest",
+    "history_digests",
     "message_count",
     "parse_frame",
     "validate_chat_request",
@@ -424,6 +425,29 @@ async def validated_history(messages: Sequence[Any], *, max_depth: int) -> list[
             await asyncio.sleep(0)
             started = time.perf_counter()
     return validated
+
+
+def history_digests(messages: Sequence[Any], count: int) -> tuple[str, str]:
+    """`history_digest(messages[:count])` and `history_digest(messages)` with one serialisation
+    of the whole list and one pass of the hash over it: the first `count` messages' bytes are the
+    whole list's, less the serialised rest (usually the last one or two messages)."""
+    try:
+        data = orjson.dumps(messages)
+        rest = orjson.dumps(messages[count:]) if 0 < count < len(messages) else b""
+    except orjson.JSONEncodeError:
+        return (history_digest(messages[:count]), "")
+    # data = "[" P "," R "]" and rest = "[" R "]": the prefix's serialisation is "[" P "]".
+    if count <= 0:
+        cut = 1  # "[": the empty list's "[]"
+    elif count >= len(messages):
+        cut = len(data) - 1  # all of it
+    else:
+        cut = len(data) - len(rest)  # less "," R "]", which is as long as "[" R "]"
+    digest = hashlib.blake2b(memoryview(data)[:cut], digest_size=16)
+    prefix = digest.copy()
+    prefix.update(b"]")
+    digest.update(memoryview(data)[cut:])
+    return prefix.hexdigest(), digest.hexdigest()
 
 
 def history_digest(messages: Sequence[Any]) -> str:

@@ -69,7 +69,7 @@ from gateway.core.requests import (
     UIMessage,
     ValidationError,
     describe,
-    history_digest,
+    history_digests,
     validated_history,
 )
 from gateway.metrics import Metrics
@@ -182,7 +182,10 @@ class ChatService:
         synced = session.state.get(HISTORY_STATE_KEY) if session is not None else None
         # The client's history is the truth: an unknown chat imports it; a regenerate, an edited
         # message or any other divergence from the turns this session ran rebuilds the session.
-        in_sync = request.trigger != "regenerate-message" and _continues(earlier, synced)
+        # One serialisation of the posted messages gives both fingerprints: of those the session
+        # says it ran (to check them) and of all of them (for the state this turn records).
+        ran_digest, posted_digest = history_digests(request.messages, _synced_count(synced))
+        in_sync = request.trigger != "regenerate-message" and _continues(earlier, synced, ran_digest)
         if session is None or not in_sync:
             if session is not None:
                 reason = "regenerate" if request.trigger == "regenerate-message" else "diverged"
@@ -198,7 +201,7 @@ class ChatService:
         plan = TurnPlan(message_id=_new_message_id(), book=book, new_message=ui_message_content(last))
         plan.state_delta = {
             APPROVALS_STATE_KEY: book.to_state(),
-            HISTORY_STATE_KEY: [len(request.messages), history_digest(request.messages)],
+            HISTORY_STATE_KEY: [len(request.messages), posted_digest],
             TURN_STATE_KEY: dict(plan.turn),
         }
         return plan
@@ -413,13 +416,21 @@ class ChatService:
             log.info("state_save_continues_after_stop", chat_id=chat)
 
 
-def _continues(earlier: list[Any], synced: Any) -> bool:
+def _synced_count(synced: Any) -> int:
+    """How many posted messages the session's state says it has run (0: none recorded)."""
+    if isinstance(synced, list) and len(synced) == 2 and isinstance(synced[0], int):
+        return synced[0]
+    return 0
+
+
+def _continues(earlier: list[Any], synced: Any, ran_digest: str) -> bool:
     """True when the posted messages before the last begin with the ones the session has run
-    (`synced`: [count, digest]) and add only the assistant's answers to them."""
+    (`synced`: [count, digest]; `ran_digest`: the `history_digest` of that many posted messages)
+    and add only the assistant's answers to them."""
     if not (isinstance(synced, list) and len(synced) == 2 and isinstance(synced[0], int)):
         return not earlier  # a session with no history of ours: in sync only with none posted
     count, digest = synced
-    if not 0 < count <= len(earlier) or history_digest(earlier[:count]) != digest:
+    if not 0 < count <= len(earlier) or not ran_digest or ran_digest != digest:
         return False
     return all(message.get("role") == "assistant" for message in earlier[count:])
 

@@ -7,6 +7,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.core.jsonparse import JsonRejected, depth_exceeds
 from gateway.core.requests import (
@@ -15,6 +17,7 @@ from gateway.core.requests import (
     SendFrame,
     ValidationError,
     history_digest,
+    history_digests,
     validate_chat_request,
     validate_frame,
     validated_history,
@@ -110,6 +113,28 @@ def test_history_digest_tells_posted_histories_apart() -> None:
     for _ in range(300):
         too_deep = [too_deep]
     assert history_digest([{"id": "m", "role": "user", "parts": too_deep}]) == ""
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(st.lists(json_values, max_size=8), st.integers(min_value=0, max_value=10))
+def test_history_digests_are_the_digests_of_the_prefix_and_of_the_whole(posted: list[Any], count: int) -> None:
+    assert history_digests(posted, count) == (history_digest(posted[:count]), history_digest(posted))
+
+
+def test_history_digests_of_an_unserialisable_history() -> None:
+    too_deep: Any = "bottom"
+    for _ in range(300):
+        too_deep = [too_deep]
+    posted = [*messages(2), {"id": "m", "role": "user", "parts": too_deep}]
+    assert history_digests(posted, 2) == (history_digest(posted[:2]), "")
+    assert history_digests(posted, 2)[0] != ""
+    assert history_digests(posted, 3) == ("", "")
 
 
 async def test_an_earlier_message_is_walked_whole_even_with_a_messages_field() -> None:
