@@ -4,22 +4,27 @@ Frames in: `send`, `resume`, `abort` (plus the live extension: `live-*` frames a
 Frames out: `start`, `chunk{requestId, sequence}`, `end`, `error{requestId, errorText, code}`,
 `no-active`. Many requests share one socket and are told apart by `requestId`.
 
-How it works: one `SocketSession` per socket reads frames in the handler's task. Each `send`
-plans and starts a run through the chat service (the same path as SSE) and spawns a delivery task
-owned by the socket's registry connection; each `resume` spawns a delivery from the chat's
-stream log. A `live-start` opens a live session with one service call (`start_live`), whose log
-is delivered the same way; the socket only passes the session its frames and audio. When the
-socket closes — by the client, a failed heartbeat, or shutdown — leaving the registry connection
-stops every run it started (unless runs detach on disconnect), ends a live session, and cancels
-and awaits every delivery task.
+How it works: the handler (`chat_socket`) reads the socket's frames in its own task and hands
+each to the socket's `SocketSession`. Each `send` plans and starts a run through the chat service
+(the same path as SSE) and spawns a delivery task owned by the socket's registry connection;
+each `resume` spawns a delivery from the chat's stream log. A `live-start` opens a live session
+with one service call (`start_live`), whose log is delivered the same way; the socket only passes
+the session its frames and audio. When the socket closes — by the client, a failed heartbeat, or
+shutdown — leaving the registry connection stops every run it started (unless runs detach on
+disconnect), ends a live session, and cancels and awaits every delivery task.
 
 Writes: chunks already waiting in a request's log go out back to back under one hold of the
 socket, one frame each (see `transports.base`, "Writes are coalesced").
 
-Memory: an idle socket holds its handler's frame, aiohttp's request and WebSocket objects, and
-the slotted objects here (the session, its guard, its registry connection); the send lock and the
-send window's queues are created by the first frame that needs them. See
-docs/perf/memory-per-connection.md.
+Memory: an idle socket holds one coroutine frame of ours (the handler's: it takes the slot,
+upgrades, binds the log context, enters the registry connection and reads, with no reading
+coroutine of its own left on the stack), two slotted objects (the session, its registry
+connection), two ids and its log context: about 0.9 KiB. The app's middleware frame and the
+authentication result add 0.5 KiB; aiohttp's and asyncio's objects for the connection are about
+14 KiB (see docs/perf/memory-per-connection.md). What a socket needs only once it talks is created
+by its first frame: the guard and the connection's task group (both before anything can be
+written, so that a slow-reader cut, which may come from a timer, finds the group open), the
+request maps, the send lock, the send window.
 
 Slow readers: the socket has one `SlowReaderGuard` (transports.base) over all its requests and
 frames. A cut socket stops its deliveries and closes with 4008 "slow"; if the close frame cannot
@@ -40,10 +45,11 @@ import binascii
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from contextvars import Token
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSCloseCode, WSMessage, WSMsgType, web
 from pydantic import ValidationError
 
 from gateway import logs
@@ -146,10 +152,10 @@ def origin_allowed(request: web.Request, allowed: frozenset[str]) -> bool:
 
 
 class SocketSession:
-    """One socket's requests; see the module docstring."""
+    """One socket's requests; see the module docstring. `handle()` takes each frame the handler reads."""
 
-    __slots__ = ("_send_lock", "_slow_close", "bad_frames", "conn", "deliveries", "guard", "http_request", "live",
-                 "live_request_id", "runs", "service", "settings", "user_id", "ws")
+    __slots__ = ("_deliveries", "_guard", "_runs", "_send_lock", "_slow_close", "bad_frames", "conn", "http_request",
+                 "live", "live_request_id", "service", "settings", "user_id", "ws")
 
     def __init__(
         self,
@@ -167,23 +173,59 @@ class SocketSession:
         self.service = service
         self.settings = settings
         self.http_request = request
-        self.deliveries: dict[str, asyncio.Task[Any]] = {}
-        self.runs: dict[str, ChatRun] = {}
+        # Created by the first frame (`handle`), or the first use: see the module docstring.
+        self._deliveries: dict[str, asyncio.Task[Any]] | None = None
+        self._runs: dict[str, ChatRun] | None = None
+        self._guard: SlowReaderGuard | None = None
+        self._send_lock: asyncio.Lock | None = None  # created by the first frame sent
         self.live: LiveHandle | None = None
         self.live_request_id: str | None = None
         self.bad_frames = 0
-        self._send_lock: asyncio.Lock | None = None  # created by the first frame sent
-        connection = request.transport
-        self.guard = SlowReaderGuard(
-            connection if isinstance(connection, asyncio.Transport) else None,
-            max_pending_bytes=settings.max_pending_bytes,
-            grace_s=settings.slow_reader_grace_s,
-            transport="ws",
-            user_id=user_id,
-            metrics=service.metrics,
-            on_cut=self._on_slow,
-        )
         self._slow_close: asyncio.Task[Any] | None = None
+
+    @property
+    def deliveries(self) -> dict[str, asyncio.Task[Any]]:
+        """The responses being written, by requestId."""
+        if self._deliveries is None:
+            self._deliveries = {}
+        return self._deliveries
+
+    @property
+    def runs(self) -> dict[str, ChatRun]:
+        """The runs of those responses (a `resume` of a chat with no run has none), by requestId."""
+        if self._runs is None:
+            self._runs = {}
+        return self._runs
+
+    @property
+    def guard(self) -> SlowReaderGuard:
+        """The socket's slow-reader guard, made by its first frame (`open`)."""
+        if self._guard is None:
+            raise RuntimeError("the socket's guard is made by its first frame")
+        return self._guard
+
+    async def open(self) -> None:
+        """Makes the socket's guard, once, and opens the connection's task group with it: the
+        guard's cut spawns the 4008 close from whatever task or callback it happens in, and that
+        spawn must find the group open. Called in the handler's task by the first frame, before
+        anything can be written."""
+        if self._guard is None:
+            await self.conn.open_tasks()
+            connection = self.http_request.transport
+            self._guard = SlowReaderGuard(
+                connection if isinstance(connection, asyncio.Transport) else None,
+                max_pending_bytes=self.settings.max_pending_bytes,
+                grace_s=self.settings.slow_reader_grace_s,
+                transport="ws",
+                user_id=self.user_id,
+                metrics=self.service.metrics,
+                on_cut=self._on_slow,
+            )
+
+    def close(self) -> None:
+        """The socket has closed: its guard stops (no more timers, no more cuts)."""
+        if self._guard is not None:
+            self._guard.close()
 
     def _lock(self) -> asyncio.Lock:
         if self._send_lock is None:
@@ -226,26 +268,24 @@ class SocketSession:
                 self.ws.close(code=error.close_code, message=b"slow"), "slow-close"
             )
 
-    async def serve(self) -> None:
-        """Reads the socket's frames until it closes (one frame of this coroutine while idle)."""
-        try:
-            while True:
-                # `receive()` rather than `async for`: one coroutine frame less while idle.
-                message = await self.ws.receive()
-                if message.type in _CLOSING:
-                    break
-                if message.type is WSMsgType.TEXT:
-                    await self._on_text(message.data)
-                elif message.type is WSMsgType.BINARY:
-                    await self._on_binary(message.data)
-                elif message.type is WSMsgType.ERROR:
-                    log.info("socket_error", error=repr(self.ws.exception()))
-                    break
-                if self.bad_frames >= MAX_BAD_FRAMES:
-                    await self.ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"too many bad frames")
-                    break
-        finally:
-            self.guard.close()
+    async def handle(self, message: WSMessage) -> bool:
+        """Handles one message the handler read; False: the socket is done (it closed, failed, or
+        was closed here for too many bad frames)."""
+        if message.type in _CLOSING:
+            return False
+        if message.type is WSMsgType.TEXT:
+            await self.open()
+            await self._on_text(message.data)
+        elif message.type is WSMsgType.BINARY:
+            await self.open()
+            await self._on_binary(message.data)
+        elif message.type is WSMsgType.ERROR:
+            log.info("socket_error", error=repr(self.ws.exception()))
+            return False
+        if self.bad_frames >= MAX_BAD_FRAMES:
+            await self.ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"too many bad frames")
+            return False
+        return True
 
     # --- frames ----------------------------------------------------------------------------
 
@@ -340,7 +380,8 @@ class SocketSession:
 
     async def _refuse_duplicate(self, request_id: str) -> bool:
         """Refuses a `send` or `resume` whose requestId names a response still running on this socket."""
-        if request_id not in self.deliveries and (self._live() is None or request_id != self.live_request_id):
+        if (self._deliveries is None or request_id not in self._deliveries) and (
+                self._live() is None or request_id != self.live_request_id):
             return False
         await self._bad_frame(request_id, "This requestId is already in use.", "duplicate_request", "duplicate")
         return True
@@ -416,11 +457,13 @@ class SocketSession:
             pass  # the socket is closing with 4008; the guard counted and logged the cut
         finally:
             follower.detach()
-            self.deliveries.pop(request_id, None)
-            self.runs.pop(request_id, None)
+            if self._deliveries is not None:
+                self._deliveries.pop(request_id, None)
+            if self._runs is not None:
+                self._runs.pop(request_id, None)
 
     async def _on_abort(self, frame: AbortFrame) -> None:
-        run = self.runs.get(frame.requestId)
+        run = self._runs.get(frame.requestId) if self._runs is not None else None
         if run is not None:
             log.info("abort", request_id=frame.requestId, chat_id=run.key[1])
             await run.stop()
@@ -509,46 +552,91 @@ async def _close_at_expiry(ws: web.WebSocketResponse, expires_at: float) -> None
     await ws.close(code=WSCloseCode.POLICY_VIOLATION, message=b"token expired")
 
 
-async def chat_socket(request: web.Request) -> web.StreamResponse:
+def _origin_refusal(request: web.Request) -> web.Response | None:
+    """The answer to a handshake from an origin that may not open a socket; None: allowed."""
     settings = request.app[SETTINGS]
+    if origin_allowed(request, settings.origins | settings.cors):
+        return None
+    log.warning("origin_refused", origin=request.headers.get("Origin"), peer=request.remote)
+    error = OriginRefused()
+    return web.json_response(error.body(), status=error.status)
+
+
+def _socket_response(request: web.Request) -> web.WebSocketResponse:
+    settings = request.app[SETTINGS]
+    return web.WebSocketResponse(heartbeat=settings.ws_heartbeat_s, max_msg_size=settings.max_ws_frame_bytes,
+                                 compress=False)
+
+
+def _opened(service: ChatService) -> object:
+    """Counts the socket just upgraded and binds its `socket_id` to the task's log lines (with
+    `gateway.logs.bind`); returns the value the key had, which `_closed` gives back at the end as
+    the bind's token would (keeping the value, not the token, for the socket's life)."""
+    service.metrics.connections.labels(kind="ws").inc()
+    return logs.bind("socket_id", uuid.uuid4().hex[:12]).old_value
+
+
+def _log_open(request: web.Request, user_id: str) -> None:
+    # `str(rel_url)` is `path_qs`, without aiohttp caching the string on the request for its life.
+    log.info("socket_open", user_id=user_id, path=redact(str(request.rel_url)), origin=request.headers.get("Origin"),
+             peer=request.remote)
+
+
+def _closed(previous: object) -> None:
+    """Gives `socket_id` back the value `_opened` found (unbound when it had none: structlog leaves
+    out a key set to `...`)."""
+    structlog.contextvars.bind_contextvars(socket_id=... if previous is Token.MISSING else previous)
+
+
+async def _session(ws: web.WebSocketResponse, conn: Connection, service: ChatService, request: web.Request,
+                   user_id: str) -> SocketSession:
+    """The socket's session, its socket listed on its registry connection, its close at the token's
+    expiry scheduled (which opens the connection's tasks at once)."""
+    settings = request.app[SETTINGS]
+    conn.socket = ws  # the one list of open sockets is the registry's (shutdown closes them)
+    session = SocketSession(ws, conn, service, settings, request, user_id=user_id)
+    expires_at = request[IDENTITY].expires_at if IDENTITY in request else None
+    if expires_at is not None:
+        await conn.open_tasks()
+        conn.spawn(_close_at_expiry(ws, expires_at), "token-expiry")
+    return session
+
+
+async def chat_socket(request: web.Request) -> web.StreamResponse:
+    """The socket's whole life in one coroutine: the handshake, then its frames until it closes.
+
+    No reading coroutine of ours stays on the stack while the socket idles (see "Memory" in the
+    module docstring): the frames are read here, and the helpers above keep the steps that need no
+    waiting out of this frame, which lives as long as the socket.
+    """
+    refusal = _origin_refusal(request)
+    if refusal is not None:
+        return refusal
     service = request.app[SERVICE]
-    if not origin_allowed(request, settings.origins | settings.cors):
-        log.warning("origin_refused", origin=request.headers.get("Origin"), peer=request.remote)
-        error = OriginRefused()
-        return web.json_response(error.body(), status=error.status)
     user_id = caller_of(request)
     # Over the user's socket cap this raises before the upgrade: the error middleware answers
     # 429 + Retry-After. The slot is held until the handler ends.
     with service.registry.socket_slot(user_id):
-        ws = web.WebSocketResponse(
-            heartbeat=settings.ws_heartbeat_s,
-            max_msg_size=settings.max_ws_frame_bytes,
-            compress=False,
-        )
+        ws = _socket_response(request)
         try:
             await ws.prepare(request)
         except ConnectionError:
             log.info("socket_gone_before_handshake", peer=request.remote)
             return web.Response(status=400)  # nobody to read it; aiohttp drops it quietly
-        service.metrics.connections.labels(kind="ws").inc()
-        # Bound and reset with a token (`gateway.logs.bind`): no context manager's frame stays
-        # behind for the life of the socket.
-        log_token = logs.bind("socket_id", uuid.uuid4().hex[:12])
+        log_previous = _opened(service)
         try:
-            log.info("socket_open", user_id=user_id, path=redact(request.path_qs),
-                     origin=request.headers.get("Origin"), peer=request.remote)
-            try:
-                async with service.registry.connection("ws") as conn:
-                    conn.socket = ws  # the one list of open sockets is the registry's (shutdown closes them)
-                    session = SocketSession(ws, conn, service, settings, request, user_id=user_id)
-                    expires_at = request[IDENTITY].expires_at if IDENTITY in request else None
-                    if expires_at is not None:
-                        conn.spawn(_close_at_expiry(ws, expires_at), "token-expiry")
-                    await session.serve()
-            finally:
-                service.metrics.connections.labels(kind="ws").dec()
-                if not ws.closed:
-                    await ws.close()
+            _log_open(request, user_id)
+            async with service.registry.connection("ws") as conn:
+                session = await _session(ws, conn, service, request, user_id)
+                try:
+                    # `receive()` rather than `async for`: no `__anext__` frame while idle.
+                    while await session.handle(await ws.receive()):
+                        pass
+                finally:
+                    session.close()
         finally:
-            logs.unbind("socket_id", log_token)
-        return ws
+            service.metrics.connections.labels(kind="ws").dec()
+            if not ws.closed:
+                await ws.close()
+            _closed(log_previous)
+    return ws

@@ -39,11 +39,17 @@ Caps (`Limits`, from the settings) are answered here, before anything streams:
   `admit_send()`.
 
 Memory: a connection, a run and a send window are slotted objects whose collections are created
-when first needed, and entering a connection leaves no context-manager frame behind. The one
-eager part is each connection's and each run's task group (about 0.45 KiB: the `TaskGroup`
-must be entered by its owner's task, so it cannot wait for the first spawn, which may come from
-a callback). An idle socket holds about 0.8 KiB here, a stream waiting on the model about 2.7 KiB,
-most of it its run's task (see docs/perf/memory-per-connection.md, measured before the groups).
+when first needed, and entering a connection leaves no context-manager frame behind. A
+connection's `TaskScope` and its group (about 0.5 KiB) exist once `Connection.open_tasks()` has
+run: an `asyncio.TaskGroup` must be entered by its owner's task, so a connection that spawns opens
+them in its own task first (a socket does at its first frame, before anything can call back: its
+slow-reader cut spawns its close from a timer); an SSE connection never spawns and never opens
+them. A socket's send window is created by its first `send`, and a connection's log binding keeps
+the value it replaced rather than a `Token`. An idle socket holds about 0.2 KiB here (its
+`Connection`, its id and its entry in `connections`); a stream waiting on the model about
+2.7 KiB, most of it its run's task and group (a run's group is entered at once: a live session's
+tasks are spawned from other tasks).
+See docs/perf/memory-per-connection.md.
 
 `anonymous` (`--auth none` without a user header) is nobody in particular — every client that
 names no one shares it — so only the process caps bound it, not the per-user ones.
@@ -189,6 +195,14 @@ class Done(Wakeup):
             await super().wait(at_most_s)
 
 
+def _refused(owner: str, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+    """A spawn refused: the task comes back cancelled before its first step."""
+    log.debug("spawn_refused", owner=owner, task=name)
+    task = asyncio.get_running_loop().create_task(coro, name=f"{owner}:{name}")
+    task.cancel()  # the coroutine never runs, and is not left unawaited either
+    return task
+
+
 class TaskScope:
     """The tasks of one owner (a connection, a run) in one `asyncio.TaskGroup`; see the module
     docstring. `enter()` and `leave()` run in the owner's task, `spawn()` anywhere.
@@ -223,10 +237,7 @@ class TaskScope:
             with contextlib.suppress(RuntimeError):  # the group is shutting down
                 task = self._group.create_task(coro, name=f"{self.owner}:{name}")
         if task is None:
-            log.debug("spawn_refused", owner=self.owner, task=name)
-            task = asyncio.get_running_loop().create_task(coro, name=f"{self.owner}:{name}")
-            task.cancel()  # the coroutine never runs, and is not left unawaited either
-            return task
+            return _refused(self.owner, coro, name)
         if self._tasks is None:
             self._tasks = set()
         self._tasks.add(task)
@@ -307,27 +318,34 @@ class ChatRun:
         self.done.set()
 
 
+_NOT_BOUND: Final = object()  # `Connection._log_previous` while the connection is not entered
+
+
 class Connection:
     """One SSE request or one socket: the runs it started and the tasks it owns (see the module
-    docstring). `async with` enters it into its registry, and its tasks' `TaskScope`, and releases
-    both on the way out.
+    docstring). `async with` enters it into its registry and releases it, and its tasks'
+    `TaskScope` once opened (`open_tasks`), on the way out.
 
     Its sets exist once something is in them: `runs`, `tasks` and `deliveries` read as empty
-    until then.
+    until then. A socket's send window (`sends`) is created by its first `send` (`Registry.admit_send`).
     """
 
-    __slots__ = ("_deliveries", "_log_token", "_runs", "id", "kind", "registry", "scope", "sends", "socket")
+    __slots__ = ("_deliveries", "_log_previous", "_owner_task", "_runs", "_scope", "id", "kind", "registry", "sends",
+                 "socket")
 
     def __init__(self, id: str, kind: str, registry: Registry, sends: SendWindow | None = None) -> None:
         self.id = id
         self.kind = kind
         self.registry = registry
         self.sends = sends
-        self.scope = TaskScope(id)
+        self._scope: TaskScope | None = None  # opened by `open_tasks`
+        self._owner_task: asyncio.Task[Any] | None = None  # the task that entered it
         self.socket: object | None = None  # the socket it serves, if any (`Registry.sockets`)
         self._runs: set[ChatRun] | None = None
         self._deliveries: set[asyncio.Task[Any]] | None = None  # the tasks among them that write a response
-        self._log_token: Token[Any] | None = None
+        # The `connection_id` log value this connection replaced while entered (restored on
+        # release): the value, not the `Token`, so that no object is kept for the connection's life.
+        self._log_previous: object = _NOT_BOUND
 
     def __repr__(self) -> str:
         return f"Connection(id={self.id!r}, runs={len(self.runs)}, tasks={len(self.tasks)})"
@@ -338,9 +356,14 @@ class Connection:
         return self._runs if self._runs is not None else frozenset()
 
     @property
+    def scope(self) -> TaskScope | None:
+        """Its tasks' scope, once open (`open_tasks`)."""
+        return self._scope
+
+    @property
     def tasks(self) -> Set[asyncio.Task[Any]]:
         """Its tasks that have not ended (`spawn`)."""
-        return self.scope.tasks
+        return self._scope.tasks if self._scope is not None else frozenset()
 
     @property
     def deliveries(self) -> Set[asyncio.Task[Any]]:
@@ -356,12 +379,27 @@ class Connection:
         if self._runs is not None:
             self._runs.discard(run)
 
+    async def open_tasks(self) -> TaskScope:
+        """Opens the connection's `TaskScope` (enters its group), once; in the task that entered
+        the connection, since a group's parent is the task that enters it. A connection spawns
+        nothing before (`spawn` refuses): one that spawns opens its tasks first, in its own task,
+        before anything can call back (a socket's slow-reader cut spawns its close from a timer)."""
+        if self._scope is None:
+            if self._owner_task is None or asyncio.current_task() is not self._owner_task:
+                raise RuntimeError("a connection's tasks are opened by the task that entered it")
+            scope = TaskScope(self.id)
+            await scope.enter()
+            self._scope = scope
+        return self._scope
+
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str, *, delivery: bool = False) -> asyncio.Task[Any]:
         """Starts a task owned by this connection, in its `TaskScope`: it is cancelled and awaited
         on release, and its failure cancels the connection's other tasks and its handler. A
-        connection that is closing (or not entered) starts nothing (`TaskScope.spawn`).
-        `delivery`: it writes a response (a shutdown lets it finish writing)."""
-        task = self.scope.spawn(coro, name)
+        connection that is closing, not entered, or whose tasks are not open (`open_tasks`)
+        starts nothing (`TaskScope.spawn`). `delivery`: it writes a response (a shutdown lets it
+        finish writing)."""
+        scope = self._scope
+        task = scope.spawn(coro, name) if scope is not None else _refused(self.id, coro, name)
         if delivery:
             if self._deliveries is None:
                 self._deliveries = set()
@@ -370,9 +408,11 @@ class Connection:
         return task
 
     async def __aenter__(self) -> Connection:
-        await self.scope.enter()
+        """Registers the connection and binds its id to the task's log lines; its tasks open on
+        demand (`open_tasks`)."""
+        self._owner_task = asyncio.current_task()
         self.registry.connections[self.id] = self
-        self._log_token = logs.bind("connection_id", self.id)
+        self._log_previous = logs.bind("connection_id", self.id).old_value
         return self
 
     async def __aexit__(
@@ -380,9 +420,11 @@ class Connection:
     ) -> bool:
         """Releases the connection. True (the handler goes on normally) when what ended it was the
         cancellation its own failed task caused, not a disconnect."""
-        token, self._log_token = self._log_token, None
-        if token is not None:
-            logs.unbind("connection_id", token)
+        previous, self._log_previous = self._log_previous, _NOT_BOUND
+        if previous is not _NOT_BOUND:
+            # As `logs.unbind` with the bind's token would: the key back to what it was (unbound
+            # when it was unset: structlog leaves out a key set to `...`).
+            structlog.contextvars.bind_contextvars(connection_id=... if previous is Token.MISSING else previous)
         return await self.registry._release(self, exc)
 
 
@@ -433,9 +475,9 @@ class Registry:
     # --- connections -----------------------------------------------------------------------
 
     def connection(self, kind: str) -> Connection:
-        """A new connection, to enter with `async with` (it is registered on entry, released on exit)."""
-        return Connection(id=f"{kind}-{next(self._ids)}", kind=kind, registry=self,
-                          sends=SendWindow(self.limits.sends_per_minute) if kind == "ws" else None)
+        """A new connection, to enter with `async with` (it is registered on entry, released on
+        exit). A `ws` connection's `send` frames are counted (`admit_send`)."""
+        return Connection(id=f"{kind}-{next(self._ids)}", kind=kind, registry=self)
 
     def sockets(self, kind: type[SocketT]) -> list[SocketT]:
         """The sockets of the open connections (`Connection.socket`) that are `kind`s."""
@@ -454,7 +496,9 @@ class Registry:
             stops = asyncio.gather(*(run.stop() for run in runs), return_exceptions=True)
             try:
                 # Cancels the tasks and waits for every one of them, however often it is cancelled.
-                return await conn.scope.leave(exc, cancel=True)
+                conn._owner_task = None  # nothing more to open
+                scope = conn.scope
+                return await scope.leave(exc, cancel=True) if scope is not None else False
             finally:
                 try:
                     await asyncio.shield(stops)
@@ -672,7 +716,9 @@ class Registry:
         """Counts one `send` frame on the socket; a refusal is counted and logged here."""
         window = conn.sends
         if window is None:
-            return SendVerdict.ADMIT
+            if conn.kind != "ws":
+                return SendVerdict.ADMIT
+            window = conn.sends = SendWindow(self.limits.sends_per_minute)
         now = time.monotonic()
         verdict = window.offer(now)
         if verdict is not SendVerdict.ADMIT:

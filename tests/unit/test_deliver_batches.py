@@ -8,8 +8,9 @@ waits on time: a write is held and released with events.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, cast
 
 from aiohttp import WSMsgType
@@ -282,18 +283,22 @@ class FakeWebSocket:
         self.sent.append(data)
 
 
-def socket_session(ws: FakeWebSocket) -> SocketSession:
+@contextlib.asynccontextmanager
+async def socket_session(ws: FakeWebSocket) -> AsyncIterator[SocketSession]:
+    """A socket's session on an entered registry connection, opened as its first frame opens it."""
     service = type("Service", (), {"metrics": Metrics()})()
     request = make_mocked_request("GET", "/api/chat/ws")
-    conn = Registry().connection("ws")
-    return SocketSession(cast(Any, ws), conn, cast(Any, service), Settings(), request, user_id="u")
+    async with Registry().connection("ws") as conn:
+        session = SocketSession(cast(Any, ws), conn, cast(Any, service), Settings(), request, user_id="u")
+        await session.open()
+        yield session
+        session.close()
 
 
 async def test_socket_frames_of_one_batch_go_out_back_to_back() -> None:
     """Another request's frame sent while a batch is being written waits until the whole batch is
     out: the batch holds the socket once, not once per frame."""
     ws = FakeWebSocket()
-    session = socket_session(ws)
     other: list[asyncio.Future[None]] = []
 
     async def another_request_sends() -> None:
@@ -307,14 +312,14 @@ async def test_socket_frames_of_one_batch_go_out_back_to_back() -> None:
         await started.wait()  # the other send now waits for the socket
 
     ws.during_first_frame = another_request_sends
-    await session.send_frames(iter([b"f0", b"f1", b"f2"]))
-    await other[0]
+    async with socket_session(ws) as session:
+        await session.send_frames(iter([b"f0", b"f1", b"f2"]))
+        await other[0]
     assert ws.sent == ["f0", "f1", "f2", "other"]
 
 
 async def test_socket_frames_are_not_taken_once_the_socket_has_closed() -> None:
     ws = FakeWebSocket(close_after=2)
-    session = socket_session(ws)
     taken: list[int] = []
 
     def frames() -> Iterable[bytes]:
@@ -322,5 +327,6 @@ async def test_socket_frames_are_not_taken_once_the_socket_has_closed() -> None:
             taken.append(i)
             yield f"f{i}".encode()
 
-    await session.send_frames(frames())
+    async with socket_session(ws) as session:
+        await session.send_frames(frames())
     assert ws.sent == ["f0", "f1"] and taken == [0, 1]

@@ -120,7 +120,8 @@ async def test_a_connection_reads_as_empty_until_it_owns_something() -> None:
     registry = Registry()
     async with registry.connection("ws") as conn:
         assert registry.connections == {conn.id: conn}
-        assert not conn.runs and not conn.tasks and not conn.deliveries
+        assert not conn.runs and not conn.tasks and not conn.deliveries and conn.scope is None
+        await conn.open_tasks()
         blocker = asyncio.Event()
         task = conn.spawn(blocker.wait(), "wait", delivery=True)
         assert conn.tasks == {task} and conn.deliveries == {task}
@@ -128,6 +129,26 @@ async def test_a_connection_reads_as_empty_until_it_owns_something() -> None:
         await task  # its done callbacks, added when it was spawned, have run
         assert not conn.tasks and not conn.deliveries
     assert registry.connections == {}
+
+
+async def test_a_connection_spawns_nothing_before_its_own_task_opens_its_tasks() -> None:
+    registry = Registry()
+    ran: list[str] = []
+
+    async def body() -> None:
+        ran.append("body")
+
+    async with registry.connection("ws") as conn:
+        refused = conn.spawn(body(), "early")  # before `open_tasks`: no group to run it in
+        with pytest.raises(asyncio.CancelledError):
+            await refused
+        with pytest.raises(RuntimeError, match="opened by the task that entered it"):
+            await asyncio.ensure_future(conn.open_tasks())  # another task may not be its group's parent
+        assert conn.scope is None
+        scope = await conn.open_tasks()
+        assert await conn.open_tasks() is scope  # once
+        await conn.spawn(body(), "later")
+    assert ran == ["body"] and conn.scope is scope and not conn.tasks
 
 
 async def test_a_run_cancelled_before_its_task_ran_is_still_forgotten() -> None:
@@ -198,6 +219,7 @@ async def test_a_failing_connection_task_cancels_the_others_and_its_handler() ->
 
     async def handler() -> str:
         async with registry.connection("ws") as conn:
+            await conn.open_tasks()
             spawned.append(conn.spawn(watched.wait("sibling"), "sibling"))
             spawned.append(conn.spawn(watched.fail(), "fails"))
             await watched.wait("handler")  # the socket's read loop
@@ -219,6 +241,7 @@ async def test_a_disconnect_cancels_and_awaits_the_connections_tasks() -> None:
 
     async def handler() -> None:
         async with registry.connection("sse") as conn:
+            await conn.open_tasks()
             spawned.append(conn.spawn(watched.wait("task"), "task"))
             await asyncio.Event().wait()
 
@@ -236,6 +259,7 @@ async def test_the_handlers_own_error_goes_on_unchanged() -> None:
     watched = Watched()
     with pytest.raises(ValueError, match="the handler's"):
         async with registry.connection("ws") as conn:
+            await conn.open_tasks()
             conn.spawn(watched.wait("task"), "task")
             await watched.started.wait()
             raise ValueError("the handler's")
@@ -255,6 +279,7 @@ async def test_a_closing_connection_starts_nothing_and_leaves_no_coroutine() -> 
         raise RuntimeError("boom")
 
     async with registry.connection("ws") as conn:
+        await conn.open_tasks()
         failing = conn.spawn(fails(), "fails")
         # Spawned while the group shuts down after the failure (as a slow-reader cut may).
         failing.add_done_callback(lambda _task: late_tasks.append(conn.spawn(late("aborting"), "late")))
