@@ -31,6 +31,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import contextvars
 import importlib
 import json
 import os
@@ -400,7 +401,9 @@ class _ModelClock:
         self.scope = scope
 
     def call_started(self) -> None:
-        self.scope.reschedule(asyncio.get_running_loop().time() + self.timeout_s)
+        # Scheduled from an empty context: a cancelled timer stays in the loop's queue until its
+        # time (or a purge) and keeps its context, which would keep the ended run's ADK objects.
+        contextvars.Context().run(self.scope.reschedule, asyncio.get_running_loop().time() + self.timeout_s)
 
     def call_ended(self) -> None:
         if not self.scope.expired():
