@@ -96,6 +96,19 @@ def unbind(key: str, token: Token[Any]) -> None:
     structlog.contextvars.reset_contextvars(**{key: token})
 
 
+def bind_replacing(key: str, value: object) -> object:
+    """`bind()` for a binding that lives long (a socket's): returns the value `key` had, to give
+    back with `restore(key, previous)`. A `Token` kept for the binding's life would cost an object
+    more per connection."""
+    return bind(key, value).old_value
+
+
+def restore(key: str, previous: object) -> None:
+    """Gives `key` back the value `bind_replacing` returned (unbound when it had none: structlog
+    leaves out a key set to `...`)."""
+    structlog.contextvars.bind_contextvars(**{key: ... if previous is Token.MISSING else previous})
+
+
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:
     logger: structlog.stdlib.BoundLogger = structlog.get_logger(name)
     return logger

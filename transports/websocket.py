@@ -45,7 +45,6 @@ import binascii
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from contextvars import Token
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
@@ -569,11 +568,10 @@ def _socket_response(request: web.Request) -> web.WebSocketResponse:
 
 
 def _opened(service: ChatService) -> object:
-    """Counts the socket just upgraded and binds its `socket_id` to the task's log lines (with
-    `gateway.logs.bind`); returns the value the key had, which `_closed` gives back at the end as
-    the bind's token would (keeping the value, not the token, for the socket's life)."""
+    """Counts the socket just upgraded and binds its `socket_id` to the task's log lines; returns
+    the value the key had, which `_closed` gives back (`gateway.logs.bind_replacing`)."""
     service.metrics.connections.labels(kind="ws").inc()
-    return logs.bind("socket_id", uuid.uuid4().hex[:12]).old_value
+    return logs.bind_replacing("socket_id", uuid.uuid4().hex[:12])
 
 
 def _log_open(request: web.Request, user_id: str) -> None:
@@ -583,9 +581,8 @@ def _log_open(request: web.Request, user_id: str) -> None:
 
 
 def _closed(previous: object) -> None:
-    """Gives `socket_id` back the value `_opened` found (unbound when it had none: structlog leaves
-    out a key set to `...`)."""
-    structlog.contextvars.bind_contextvars(socket_id=... if previous is Token.MISSING else previous)
+    """Gives `socket_id` back the value `_opened` found."""
+    logs.restore("socket_id", previous)
 
 
 async def _session(ws: web.WebSocketResponse, conn: Connection, service: ChatService, request: web.Request,

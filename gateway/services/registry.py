@@ -69,7 +69,6 @@ import math
 import time
 from collections import deque
 from collections.abc import Coroutine, Set
-from contextvars import Token
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, TypeVar
@@ -412,7 +411,7 @@ class Connection:
         demand (`open_tasks`)."""
         self._owner_task = asyncio.current_task()
         self.registry.connections[self.id] = self
-        self._log_previous = logs.bind("connection_id", self.id).old_value
+        self._log_previous = logs.bind_replacing("connection_id", self.id)
         return self
 
     async def __aexit__(
@@ -422,9 +421,7 @@ class Connection:
         cancellation its own failed task caused, not a disconnect."""
         previous, self._log_previous = self._log_previous, _NOT_BOUND
         if previous is not _NOT_BOUND:
-            # As `logs.unbind` with the bind's token would: the key back to what it was (unbound
-            # when it was unset: structlog leaves out a key set to `...`).
-            structlog.contextvars.bind_contextvars(connection_id=... if previous is Token.MISSING else previous)
+            logs.restore("connection_id", previous)
         return await self.registry._release(self, exc)
 
 
