@@ -37,6 +37,7 @@ __all__ = [
     "answer_tools",
     "assistant_message",
     "classify",
+    "close_socket",
     "fold_chunks",
     "open_sse_stream",
     "sse_request",
@@ -219,6 +220,15 @@ async def sse_request(
                         return
     finally:
         tracker.end()
+
+
+async def close_socket(ws: aiohttp.ClientWebSocketResponse | None) -> None:
+    """Closes a client's socket, if open, waiting at most 5 s: a server that never answers the
+    close handshake does not hold the client (the session's close drops the connection)."""
+    if ws is not None and not ws.closed:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5):
+                await ws.close()
 
 
 def _closed_kind(ws: aiohttp.ClientWebSocketResponse, message: aiohttp.WSMessage) -> tuple[str, str] | None:
@@ -562,8 +572,4 @@ class Client:
 
     async def close(self) -> None:
         ws, self.ws = self.ws, None
-        if ws is not None and not ws.closed:
-            # Bounded: a server that never answers the close handshake; the session's close drops it.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(5):
-                    await ws.close()
+        await close_socket(ws)

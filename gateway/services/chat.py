@@ -179,12 +179,12 @@ class ChatService:
         user, chat = ctx.user_id, request.id
         earlier = request.earlier
         session = await host.get_session(user, chat, events=False)
-        synced = session.state.get(HISTORY_STATE_KEY) if session is not None else None
+        synced = _synced(session.state.get(HISTORY_STATE_KEY)) if session is not None else None
         # The client's history is the truth: an unknown chat imports it; a regenerate, an edited
         # message or any other divergence from the turns this session ran rebuilds the session.
         # One serialisation of the posted messages gives both fingerprints: of those the session
         # says it ran (to check them) and of all of them (for the state this turn records).
-        ran_digest, posted_digest = history_digests(request.messages, _synced_count(synced))
+        ran_digest, posted_digest = history_digests(request.messages, synced[0] if synced else 0)
         in_sync = request.trigger != "regenerate-message" and _continues(earlier, synced, ran_digest)
         if session is None or not in_sync:
             if session is not None:
@@ -416,18 +416,18 @@ class ChatService:
             log.info("state_save_continues_after_stop", chat_id=chat)
 
 
-def _synced_count(synced: Any) -> int:
-    """How many posted messages the session's state says it has run (0: none recorded)."""
-    if isinstance(synced, list) and len(synced) == 2 and isinstance(synced[0], int):
-        return synced[0]
-    return 0
+def _synced(state: Any) -> tuple[int, str] | None:
+    """The session state's [count, digest] of the posted messages it has run; None: none recorded."""
+    if isinstance(state, list) and len(state) == 2 and isinstance(state[0], int):
+        return state[0], state[1]
+    return None
 
 
-def _continues(earlier: list[Any], synced: Any, ran_digest: str) -> bool:
+def _continues(earlier: list[Any], synced: tuple[int, str] | None, ran_digest: str) -> bool:
     """True when the posted messages before the last begin with the ones the session has run
-    (`synced`: [count, digest]; `ran_digest`: the `history_digest` of that many posted messages)
-    and add only the assistant's answers to them."""
-    if not (isinstance(synced, list) and len(synced) == 2 and isinstance(synced[0], int)):
+    (`synced`: their count and digest; `ran_digest`: the `history_digest` of that many posted
+    messages) and add only the assistant's answers to them."""
+    if synced is None:
         return not earlier  # a session with no history of ours: in sync only with none posted
     count, digest = synced
     if not 0 < count <= len(earlier) or not ran_digest or ran_digest != digest:

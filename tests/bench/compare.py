@@ -35,7 +35,6 @@ timings; it measures and formats.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import statistics
 import sys
 import time
@@ -61,6 +60,7 @@ from gateway.loadtest import (
     Sample,
     adk_request,
     assistant_message,
+    close_socket,
     percentiles,
     sse_request,
     user_message,
@@ -250,11 +250,7 @@ class GatewayClient:
 
     async def close(self) -> None:
         ws, self.ws = self.ws, None
-        if ws is not None and not ws.closed:
-            # Bounded: a server that never answers the close handshake.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(5):
-                    await ws.close()
+        await close_socket(ws)
 
 
 # --- the load loop -------------------------------------------------------------------------
