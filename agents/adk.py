@@ -58,6 +58,7 @@ from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 from opentelemetry import trace
 
+from agents.inference_scope import keep_call_summary
 from agents.memory_store import MemorySessionService
 from agents.tools import Bounds, BoundsPlugin, PermissionPlugin, tool_kind
 from gateway.core.errors import ModelTimedOut, StoreUnavailable, UnknownApp
@@ -475,6 +476,9 @@ class AgentHost:
         # importing it here moves the third of a second it takes from the first chat to start-up.
         with contextlib.suppress(ImportError):
             importlib.import_module("google.adk.agents.remote_a2a_agent")
+        # ADK keeps every streamed response of a model call until the call ends (2.5 KiB a chunk):
+        # its scopes keep only the two its telemetry reads (`agents.inference_scope`).
+        keep_call_summary()
         self.model_timeout_s = 0.0
         self.metrics = Metrics()
         self._tools: dict[str, BaseTool] = {}
