@@ -160,7 +160,16 @@ class ChatService:
         stream_log.replay_prefix = plan.replay_prefix
         self.streams.add(stream_log)
         self.metrics.runs_started.inc()
-        self.registry.start(run, self._execute(host, run, plan, ctx, request.id))
+        converter = ResponseConverter(
+            message_id=plan.message_id, tool_kinds=host.tool_kind, refused_tools=plan.book.refused_tools(),
+            reported=plan.book.reported,
+        )
+        # The answer's first chunks are in the log before the run's task has taken a step: the
+        # request's own handler writes them at once, instead of a busy event loop's turn or two
+        # later (the run's first step, then the handler's wake-up).
+        for chunk in (*converter.start(), *converter.show(plan.shown)):
+            stream_log.append(chunk.to_wire())
+        self.registry.start(run, self._execute(host, run, plan, ctx, request.id, converter=converter))
         return run
 
     # --- planning --------------------------------------------------------------------------
@@ -266,12 +275,12 @@ class ChatService:
 
     # --- running ---------------------------------------------------------------------------
 
-    async def _execute(self, host: AgentHost, run: ChatRun, plan: TurnPlan, ctx: RequestContext, chat_id: str) -> None:
+    async def _execute(
+        self, host: AgentHost, run: ChatRun, plan: TurnPlan, ctx: RequestContext, chat_id: str, *,
+        converter: ResponseConverter,
+    ) -> None:
+        """Runs a planned turn whose first chunks (`start`, what the plan shows) `start` has logged."""
         book = plan.book
-        converter = ResponseConverter(
-            message_id=plan.message_id, tool_kinds=host.tool_kind, refused_tools=book.refused_tools(),
-            reported=book.reported,
-        )
         turn = plan.turn
 
         def emit(chunks: Iterable[Chunk]) -> None:
@@ -282,8 +291,6 @@ class ChatService:
         started = time.monotonic()
         outcome = "ok"
         try:
-            emit(converter.start())
-            emit(converter.show(plan.shown))
             for call_id in plan.awaiting_client:
                 converter.await_client(call_id)
             if plan.interrupted:

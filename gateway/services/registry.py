@@ -620,6 +620,7 @@ class Registry:
         """The run's task is done: normally `_running` has forgotten it already (this repeats
         nothing); a task cancelled before its first step ran neither `body` nor `_running`."""
         body.close()  # a no-op once it has run; a body that never started is not left unawaited
+        run.log.close()  # a body that never started never closed it: its followers end
         lease = run.lease
         if lease is not None and lease.shared and not lease.released:
             self._release_lease(lease)
