@@ -9,11 +9,13 @@ import pytest
 from google.adk.agents.run_config import RunConfig, StreamingMode  # type: ignore[attr-defined]
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
-from google.adk.telemetry import _instrumentation
+from google.adk.telemetry import _instrumentation, tracing
 from google.adk.telemetry._token_usage import TokenUsage
 from google.genai import types
 from hypothesis import given
 from hypothesis import strategies as st
+from opentelemetry import _logs
+from opentelemetry._logs import NoOpLoggerProvider
 
 from agents import adk
 from agents.demo import build_demo_agent
@@ -76,3 +78,45 @@ async def test_a_streamed_call_through_adk_holds_at_most_two_responses(monkeypat
     assert len(texts) == 40  # every chunk still reached the caller
     assert len(held) == 41  # ADK recorded each partial and the final response in our scope
     assert max(held) <= 2
+
+
+async def _streamed_call(host: adk.AgentHost, text: str) -> list[LeanInferenceScope]:
+    """Runs one answer through ADK; returns the model-call scopes that recorded it."""
+    scopes: list[LeanInferenceScope] = []
+    recorded = LeanInferenceScope.record_llm_response
+
+    def record(self: LeanInferenceScope, invocation_context: Any, response: LlmResponse) -> None:
+        if self not in scopes:
+            scopes.append(self)
+        recorded(self, invocation_context, response)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LeanInferenceScope, "record_llm_response", record)
+        session = await host.session_service.create_session(app_name=host.app_name, user_id="u",
+                                                            session_id=uuid.uuid4().hex)
+        message = types.Content(role="user", parts=[types.Part(text=text)])
+        async for _ in host.runner.run_async(user_id="u", session_id=session.id, new_message=message,
+                                             run_config=RunConfig(streaming_mode=StreamingMode.SSE)):
+            pass
+    return scopes
+
+
+async def test_untraced_calls_skip_adks_per_response_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = adk.AgentHost(build_demo_agent("scripted"), MemorySessionService(), max_llm_calls=25)
+    traced: list[LlmResponse] = []
+    monkeypatch.setattr(tracing, "trace_inference_result", lambda _ctx, _span, response: traced.append(response))
+    scopes = await _streamed_call(host, "/stream 10 0")
+    assert scopes and traced == []
+    # The span is still ended at the response that says why generation stopped, as ADK does it.
+    assert all(scope._inference_span_ended for scope in scopes)
+
+
+async def test_a_logger_provider_gets_adks_tracing_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = adk.AgentHost(build_demo_agent("scripted"), MemorySessionService(), max_llm_calls=25)
+    traced: list[LlmResponse] = []
+    monkeypatch.setattr(tracing, "trace_inference_result", lambda _ctx, _span, response: traced.append(response))
+    monkeypatch.setattr(_logs, "get_logger_provider", NoOpLoggerProvider)
+    scopes = await _streamed_call(host, "/stream 10 0")
+    assert scopes
+    # Every response up to the one that ends the call (the span ends there; ADK stops tracing).
+    assert len(traced) == 11
