@@ -4,45 +4,50 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-from gateway.app import build_services
+import pytest
+
+from gateway.app import Services, build_services
 from gateway.services.chat import RequestContext
+from gateway.services.registry import ChatRun
 from transports.handling import read_chat_request
 
 from .support import chat_body, new_id, settings, user_message
 
 
-async def test_the_start_chunk_is_logged_before_the_run_takes_a_step() -> None:
-    config = settings()
-    services = build_services(config)
-    try:
-        body = chat_body(new_id("chat"), [user_message("/stream 5 0")])
-        request = await read_chat_request(json.dumps(body).encode(), config)
-        async with services.registry.connection("sse") as conn:
-            run = await services.chat.start(request, RequestContext(user_id="u", request_id="r"), conn)
-            # Nothing was awaited since `start` returned: the run's task has not run yet, and the
-            # handler already has the chunk to write.
-            assert [chunk["type"] for chunk in run.log.chunks] == ["start"]
-            assert run.task is not None
-            await run.done.wait()
-            types = [chunk["type"] for chunk in run.log.chunks]
-            assert types[0] == "start" and types.count("start") == 1 and types[-1] == "finish"
-    finally:
-        await services.aclose()
+@pytest.fixture
+async def services() -> AsyncIterator[Services]:
+    built = build_services(settings())
+    yield built
+    await built.aclose()
 
 
-async def test_a_run_cancelled_before_its_first_step_closes_its_log() -> None:
-    config = settings()
-    services = build_services(config)
-    try:
-        body = chat_body(new_id("chat"), [user_message("/stream 5 0")])
-        request = await read_chat_request(json.dumps(body).encode(), config)
-        async with services.registry.connection("sse") as conn:
-            run = await services.chat.start(request, RequestContext(user_id="u", request_id="r"), conn)
-            assert run.task is not None
-            run.task.cancel()  # before its first step: the run's own code never runs
-            await asyncio.wait([run.task])
-            assert run.log.closed  # a client following the log is not left waiting
-            assert services.registry.active_run(run.key) is None
-    finally:
-        await services.aclose()
+@asynccontextmanager
+async def _started(services: Services) -> AsyncIterator[ChatRun]:
+    """A streamed answer started through `ChatService.start` on a connection of its own, as a POST
+    starts one; nothing is awaited between the start and the caller's first look."""
+    body = chat_body(new_id("chat"), [user_message("/stream 5 0")])
+    request = await read_chat_request(json.dumps(body).encode(), services.settings)
+    async with services.registry.connection("sse") as conn:
+        yield await services.chat.start(request, RequestContext(user_id="u", request_id="r"), conn)
+
+
+async def test_the_start_chunk_is_logged_before_the_run_takes_a_step(services: Services) -> None:
+    async with _started(services) as run:
+        # Nothing was awaited since `start` returned: the run's task has not run yet, and the
+        # handler already has the chunk to write.
+        assert [chunk["type"] for chunk in run.log.chunks] == ["start"]
+        await run.done.wait()
+    types = [chunk["type"] for chunk in run.log.chunks]
+    assert types[0] == "start" and types.count("start") == 1 and types[-1] == "finish"
+
+
+async def test_a_run_cancelled_before_its_first_step_closes_its_log(services: Services) -> None:
+    async with _started(services) as run:
+        assert run.task is not None
+        run.task.cancel()  # before its first step: the run's own code never runs
+        await asyncio.wait([run.task])
+        assert run.log.closed  # a client following the log is not left waiting
+        assert services.registry.active_run(run.key) is None
