@@ -1,8 +1,10 @@
-"""An answer's first chunks are logged when its run is started, before the run's task takes a step."""
+"""An answer's first chunks are logged when its run is started, before the run's task takes a step.
+
+(A run cancelled before its first step closes its log: `tests/unit/test_registry_objects.py`.)
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -43,11 +45,3 @@ async def test_the_start_chunk_is_logged_before_the_run_takes_a_step(services: S
     types = [chunk["type"] for chunk in run.log.chunks]
     assert types[0] == "start" and types.count("start") == 1 and types[-1] == "finish"
 
-
-async def test_a_run_cancelled_before_its_first_step_closes_its_log(services: Services) -> None:
-    async with _started(services) as run:
-        assert run.task is not None
-        run.task.cancel()  # before its first step: the run's own code never runs
-        await asyncio.wait([run.task])
-        assert run.log.closed  # a client following the log is not left waiting
-        assert services.registry.active_run(run.key) is None

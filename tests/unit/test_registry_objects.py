@@ -167,6 +167,7 @@ async def test_a_run_cancelled_before_its_task_ran_is_still_forgotten() -> None:
             await run.stop()
         assert ran == []
         assert run.done.is_set()
+        assert run.log.closed  # its body never closed it: a client following the log is not left waiting
         assert registry.counts() == {"connections": 1, "runs": 0}
         assert not conn.runs and registry.held()["runs"] == 0
 
