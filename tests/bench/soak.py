@@ -34,6 +34,11 @@ What it does, in order:
 5. Closes every client, waits (bounded) until the gateway reports no active run, then stops it with
    SIGTERM, and prints the report.
 
+This driver times on its own event loop, so its own collector pauses would count against the
+gateway: it runs the ramp with its collector off, then freezes the clients it built out of the
+collector's generations, and it reports every pause of its collector of 20 ms or more by phase
+(`CollectorWatch`).
+
 Everything is bounded: the ramp, each open (`--open-timeout-s`), each read (a stream silent for
 `STALL_S` counts as stalled), the slow readers, the storm and the teardown have deadlines, and
 every loop runs for a fixed count or until the hold ends. Traffic goes to 127.0.0.1 only.
@@ -74,6 +79,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import gc
 import json
 import os
 import platform
@@ -89,7 +95,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -119,6 +125,7 @@ SSE_PATH = "/api/chat"
 WS_PATH = "/api/chat/ws"
 KIB = 1024
 MIB = 1024 * 1024
+DRIVER_GC_PAUSE_MS = 20  # this driver's collector pauses from this long on are reported
 
 
 def log(text: str) -> None:
@@ -868,6 +875,53 @@ def rss_slope_kib_per_min(points: Sequence[tuple[float, float]]) -> float | None
     return cov / var * 60
 
 
+class CollectorWatch:
+    """This driver's own garbage-collector pauses, by soak phase.
+
+    The driver times what it measures on its own event loop: a pause of its collector delays every
+    read in flight and lands in their times as if the gateway had been slow. Holding 7,000 clients,
+    Python's default thresholds made it run a full collection each time its heap grew by a quarter:
+    eight during the ramp, up to 0.28 s each (BENCHMARKS.md, "the soak's own pauses"). The ramp
+    therefore runs with the collector off (`paused`), and the clients it built are then frozen out of
+    the collector's generations; the pauses still taken (the hold's) are recorded and reported."""
+
+    def __init__(self, soak: Soak, threshold_s: float = DRIVER_GC_PAUSE_MS / 1000) -> None:
+        self.soak = soak
+        self.threshold_s = threshold_s
+        self.started = 0.0
+        self.pauses: dict[str, list[float]] = {}
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self.started = now
+        elif now - self.started >= self.threshold_s:
+            self.pauses.setdefault(self.soak.phase, []).append(now - self.started)
+
+    def start(self) -> None:
+        gc.callbacks.append(self)
+
+    def stop(self) -> None:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The collector off while the clients connect; what they hold is then frozen (it lives
+        until the soak ends, and the cyclic garbage of a few reconnects frozen with it is not worth
+        a full collection's pause)."""
+        gc.disable()
+        try:
+            yield
+        finally:
+            gc.freeze()
+            gc.enable()
+
+    def summary(self) -> dict[str, dict[str, float | int]]:
+        return {phase: {"count": len(p), "total_ms": round(sum(p) * 1000, 1), "max_ms": round(max(p) * 1000, 1)}
+                for phase, p in self.pauses.items()}
+
+
 class Soak:
     def __init__(self, plan: Plan, gateway: Gateway, http: aiohttp.ClientSession) -> None:
         self.plan = plan
@@ -884,6 +938,7 @@ class Soak:
         self.t0 = time.perf_counter()
         self.report: dict[str, Any] = {}
         self.slow: list[SlowResult] = []
+        self.collector = CollectorWatch(self)
 
     async def pause(self, seconds: float) -> None:
         """Sleeps, but wakes up at once when the soak stops."""
@@ -1023,11 +1078,13 @@ class Soak:
         await asyncio.sleep(1.0)
         baseline = self.sample()
         sampler = asyncio.create_task(self.sampler())
+        self.collector.start()
         try:
             log(f"soak: ramping up {plan.sse} SSE streams and {plan.ws} WebSockets")
             self.phase = "ramp"
             ramp_started = time.perf_counter()
-            tasks = await self.ramp()
+            with self.collector.paused():
+                tasks = await self.ramp()
             ramp_s = time.perf_counter() - ramp_started
             after_ramp = self.sample()
             overflows_ramp = listen_overflows()
@@ -1069,6 +1126,7 @@ class Soak:
             cleared_s = await self._wait_runs_cleared()
             after_close = self.sample()
         finally:
+            self.collector.stop()
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
@@ -1175,6 +1233,7 @@ class Soak:
                 "answers_finished": tally.answers_finished,
             },
             "cpu": cpu,
+            "driver_gc_pauses": self.collector.summary(),
             "open_files": {"gateway_baseline": baseline.open_files, "gateway_peak": max(s.open_files for s in ramp_hold)
                            if ramp_hold else None, "gateway_after_close": after_close.open_files},
             "listen_overflows": listen_overflows,
@@ -1278,6 +1337,8 @@ def render(report: dict[str, Any], checks: list[tuple[str, bool | None, str]]) -
         f"{report['cpu'].get('driver_pct_of_one_core')}% during the hold; machine "
         f"{report['cpu'].get('machine_pct_of_all_cores')}% of all cores busy, of which everything else (other "
         f"processes, kernel) {report['cpu'].get('others_pct_of_one_core')}% of one core",
+        f"this driver's collector pauses of {DRIVER_GC_PAUSE_MS} ms or more (they delay what it times): "
+        f"{report['driver_gc_pauses'] or 'none'}",
         f"gateway open files: {report['open_files']}; listen queue overflows (kernel, whole machine): "
         f"{report['listen_overflows']['ramp']} during the ramp (warm-up included), "
         f"{report['listen_overflows']['hold']} during the hold",

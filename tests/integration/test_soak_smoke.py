@@ -8,10 +8,13 @@ memory and slope figures are allocator noise, and the timings depend on the mach
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -33,6 +36,44 @@ def test_rss_slope_is_a_least_squares_fit_in_kib_per_minute() -> None:
     # A fit, not the first-to-last difference (which is 0 here): cov -10 / var 5 = -2 KiB/s.
     assert soak.rss_slope_kib_per_min([(0, 1000), (1, 1010), (2, 990), (3, 1000)]) == pytest.approx(-120)
     assert soak.rss_slope_kib_per_min([(0, 1), (1, 2)]) is None
+
+
+def test_the_driver_keeps_its_collector_out_of_the_ramp_and_reports_its_pauses_by_phase() -> None:
+    driver: Any = SimpleNamespace(phase="ramp")
+    watch = soak.CollectorWatch(driver, threshold_s=0.0)  # every collection counts as a pause
+    frozen_before = gc.get_freeze_count()
+    try:
+        with watch.paused():
+            assert not gc.isenabled()
+            held = [[n] for n in range(100)]
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= frozen_before + len(held)  # what the ramp built, out of the generations
+    finally:
+        gc.unfreeze()
+        gc.enable()
+    gc.disable()  # only the collections below, none started by allocations
+    watch.start()
+    try:
+        gc.collect()
+        driver.phase = "hold"
+        gc.collect()
+        gc.collect()
+    finally:
+        watch.stop()
+        gc.enable()
+    gc.collect()  # after stop: not recorded
+    summary = watch.summary()
+    assert set(summary) == {"ramp", "hold"}
+    assert (summary["ramp"]["count"], summary["hold"]["count"]) == (1, 2)
+    assert summary["hold"]["max_ms"] <= summary["hold"]["total_ms"]
+
+    patient = soak.CollectorWatch(driver, threshold_s=60.0)
+    patient.start()
+    try:
+        gc.collect()
+    finally:
+        patient.stop()
+    assert patient.summary() == {}  # only pauses of at least the threshold are kept
 
 
 def test_soak_runs_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
@@ -72,6 +113,7 @@ def test_soak_runs_end_to_end_at_tiny_scale(tmp_path: Path) -> None:
     slope_bound = next(b for b in report["bounds"] if b["bound"].startswith("RSS slope"))
     assert slope_bound["kept"] is None  # a 4 s window is too short to judge
     assert report["memory"]["kib_per_connection"] is not None
+    assert "ramp" not in report["driver_gc_pauses"]  # the driver's collector was off during the ramp
 
     # The teardown found the gateway's runs gone and the gateway stopped cleanly.
     assert report["teardown"]["runs_cleared_s"] is not None
