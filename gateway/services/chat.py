@@ -167,8 +167,8 @@ class ChatService:
         # The answer's first chunks are in the log before the run's task has taken a step: the
         # request's own handler writes them at once, instead of a busy event loop's turn or two
         # later (the run's first step, then the handler's wake-up).
-        for chunk in (*converter.start(), *converter.show(plan.shown)):
-            stream_log.append(chunk.to_wire())
+        stream_log.append_chunks(converter.start())
+        stream_log.append_chunks(converter.show(plan.shown))
         self.registry.start(run, self._execute(host, run, plan, ctx, request.id, converter=converter))
         return run
 
@@ -283,9 +283,7 @@ class ChatService:
         book = plan.book
         turn = plan.turn
 
-        def emit(chunks: Iterable[Chunk]) -> None:
-            for chunk in chunks:
-                run.log.append(chunk.to_wire())
+        emit = run.log.append_chunks
 
         structlog.contextvars.bind_contextvars(chat_id=chat_id, request_id=ctx.request_id)
         started = time.monotonic()

@@ -51,7 +51,7 @@ import asyncio
 import json
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
@@ -59,6 +59,7 @@ from typing import Any, Protocol
 import structlog
 
 from gateway.core import encoding
+from gateway.core.chunks import Chunk
 
 __all__ = ["Follower", "FollowerOverrun", "LogEntry", "MemoryStreamStore", "StreamLog", "StreamStore", "Wakeup"]
 
@@ -309,6 +310,11 @@ class StreamLog:
     def append(self, wire: dict[str, Any]) -> int:
         """Adds one chunk (serialising it, once); returns its sequence number."""
         return self.append_encoded(str(wire.get("type", "")), encoding.chunk_json(wire))
+
+    def append_chunks(self, chunks: Iterable[Chunk]) -> None:
+        """Adds a converter's chunks, in order."""
+        for chunk in chunks:
+            self.append(chunk.to_wire())
 
     def append_encoded(self, kind: str, data: bytes) -> int:
         """Adds one chunk already serialised with `encoding.chunk_json`; returns its sequence number."""
