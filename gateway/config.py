@@ -67,7 +67,11 @@ class Settings(BaseModel):
         default="memory://",
         description="Where resumable streams are kept: memory:// (one process) or redis://host:port/db.",
     )
-    log_format: Literal["json", "console"] = Field(default="console", description="Log format.")
+    log_format: Literal["auto", "json", "console"] = Field(
+        default="auto",
+        description="Log format: 'json' (one JSON object a line), 'console' (for people), or 'auto' (console when "
+        "stderr is a terminal, else JSON).",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="Log level.")
     auth: Literal["none", "jwt", "api-keys"] = Field(
         default="none",

@@ -43,6 +43,27 @@ def test_standard_library_records_are_json(capfd: pytest.CaptureFixture[str], re
     assert "ValueError: bad line" in lines[1]["exception"]
 
 
+def test_auto_is_json_when_stderr_is_not_a_terminal(capfd: pytest.CaptureFixture[str], restore_logging: None) -> None:
+    configure_logging("auto", "info")
+    structlog.get_logger("gateway").info("listening", url="http://127.0.0.1:8080")
+
+    assert json.loads(capfd.readouterr().err)["event"] == "listening"
+
+
+def test_values_json_cannot_hold_are_written_as_strings(
+    capfd: pytest.CaptureFixture[str], restore_logging: None
+) -> None:
+    class Opaque:
+        def __repr__(self) -> str:
+            return "<opaque>"
+
+    configure_logging("json", "info")
+    structlog.get_logger("gateway").info("odd_values", thing=Opaque(), counts={7: "seven"}, text="é \n ✓")
+
+    line = json.loads(capfd.readouterr().err)
+    assert (line["thing"], line["counts"], line["text"]) == ("<opaque>", {"7": "seven"}, "é \n ✓")
+
+
 def test_a_bearer_credential_in_a_library_record_is_redacted(
     capfd: pytest.CaptureFixture[str], restore_logging: None
 ) -> None:
