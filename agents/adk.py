@@ -513,7 +513,9 @@ class AgentHost:
         self.bounds.tool_timeout_s = tool_timeout_s
         self.bounds.cancel_timeout_s = cancel_timeout_s
         self.bounds.fired = lambda kind: timeouts.labels(kind=kind).inc()
-        self.session_service.timeout_s = store_timeout_s
+        # `memory://` (this process's own store, which never waits on anything) is not bounded:
+        # a timer per call would cost a turn five of them for nothing.
+        self.session_service.timeout_s = 0.0 if type(self.store) is MemorySessionService else store_timeout_s
         self.session_service.timed_out = lambda _operation: timeouts.labels(kind="store").inc()
         if isinstance(self.store, MemorySessionService):
             evictions = self.metrics.memory_evictions

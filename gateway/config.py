@@ -154,7 +154,8 @@ class Settings(BaseModel):
         default=300.0, ge=0, description="Longest one server tool call may take (0: no limit); then a tool error."
     )
     store_timeout_s: float = Field(
-        default=10.0, gt=0, description="Longest one session-store call may take before the request fails."
+        default=10.0, gt=0, description="Longest one session-store call may take before the request fails (memory:// "
+        "calls wait on nothing and are not bounded)."
     )
     cancel_timeout_s: float = Field(
         default=5.0, gt=0, le=300, description="How long a stop waits for a tool that ignores cancellation."

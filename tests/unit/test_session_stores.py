@@ -61,6 +61,16 @@ async def test_no_timeout_means_no_bound() -> None:
     assert again is not None and len(again.events) == 1
 
 
+@pytest.mark.parametrize(("store", "bound"), [(MemorySessionService(), 0.0), (InMemorySessionService(), 10.0),
+                                             (HangingStore(), 10.0)], ids=["memory", "adk-in-memory", "subclass"])
+def test_only_the_gateways_own_memory_store_goes_unbounded(store: Any, bound: float) -> None:
+    """`memory://` never waits on anything, so its calls get no timer; any other store (ADK's, or
+    a subclass of one that may do I/O) keeps `--store-timeout-s`."""
+    host = AgentHost(counting_agent(ToolLog()), store, max_llm_calls=5)
+    host.configure(store_timeout_s=10.0)
+    assert host.session_service.timeout_s == bound
+
+
 # --- history import ---------------------------------------------------------------------------------
 
 
