@@ -9,14 +9,17 @@ logged, adapted only where an `ai` 6 client needs it — with keep-alives while 
 is one loop in one task: take a chunk, write it, take the next. A chunk leaves the log only when
 the previous write returned, so nothing queues between the log and aiohttp's own flow control.
 
-Writes are coalesced: when several chunks are already waiting (a fast model, or a reader catching
-up after the socket was busy), they go out together (`Transport.send_entries`), up to
-`MAX_BATCH_BYTES` of chunk JSON. SSE writes their events in one `write`; a WebSocket sends one
-frame per chunk, back to back under one hold of the socket (aiohttp's `send_frame` only waits for
-a drain once its writer has buffered 64 KiB, so consecutive frames are not drained one by one).
-The chunks after the first are taken from the log lazily, as the transport writes them: until the
-write that carries them they stay in the log, counted in the follower's backlog. When the log has
-ended and a batch takes the rest of it, the transport ends the response with it (`finish`).
+Writes are coalesced: an SSE response's headers and its `: stream-open` comment go out with the
+chunks already waiting when it opens (`Transport.open` may hold its first bytes back until the
+first write, and `deliver` flushes them before it waits). When several chunks are already waiting
+(a fast model, or a reader catching up after the socket was busy), they go out together
+(`Transport.send_entries`), up to `MAX_BATCH_BYTES` of chunk JSON. SSE writes their events in one
+`write`; a WebSocket sends one frame per chunk, back to back under one hold of the socket
+(aiohttp's `send_frame` only waits for a drain once its writer has buffered 64 KiB, so consecutive
+frames are not drained one by one). The chunks after the first are taken from the log lazily, as
+the transport writes them: until the write that carries them they stay in the log, counted in the
+follower's backlog. When the log has ended and a batch takes the rest of it, the transport ends
+the response with it (`finish`).
 
 Slow readers
 ------------
@@ -111,7 +114,14 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     async def open(self) -> None:
-        """Starts the response (headers, or a `start` frame)."""
+        """Starts the response (headers, or a `start` frame). A transport may hold its first
+        bytes back until its next write, so they go out with the first chunks; `flush` sends them
+        on their own."""
+
+    async def flush(self) -> None:
+        """Sends whatever `open` held back; `deliver` calls it before it waits for chunks, so an
+        opened response never sits unsent. Nothing, for a transport that holds nothing back."""
+        return None
 
     @abc.abstractmethod
     async def send(self, chunk: dict[str, Any]) -> None:
@@ -374,8 +384,10 @@ async def deliver(
                 stream_log.delivered = True
                 return
             elif keepalive_s is None:
+                await transport.flush()
                 await stream_log.changed()
             elif (idle_s := last_sent + keepalive_s - loop.time()) > 0:
+                await transport.flush()
                 await stream_log.changed(idle_s)
             else:
                 await transport.keepalive()

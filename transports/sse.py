@@ -4,7 +4,9 @@ Disconnects: the app runs with aiohttp's `handler_cancellation`, so a client tha
 cancels its handler at once; leaving `registry.connection()` then stops the run (unless runs
 detach on disconnect) and waits for it, so no tool runs after the client is gone.
 
-Writes: chunks already waiting in the log go out as one `write` of their events (see
+Writes: the headers and `: stream-open` go out with the chunks waiting when the response opens
+(a chat's `start` chunk is always there); chunks already waiting in the log go out as one
+`write` of their events (see
 `transports.base`, "Writes are coalesced"); once the run has ended, its last chunks, `[DONE]` and
 the end of the chunked body are one write (`finish`).
 
@@ -48,15 +50,20 @@ log = structlog.get_logger("transports.sse")
 
 
 class SSETransport(Transport):
-    __slots__ = ("guard", "major", "request", "response")
+    __slots__ = ("guard", "major", "preamble", "request", "response")
 
     def __init__(self, request: web.Request, major: int, guard: SlowReaderGuard | None = None) -> None:
         self.request = request
         self.major = major
         self.guard = guard
         self.response = web.StreamResponse(status=200, headers=encoding.SSE_HEADERS)
+        # The first bytes, held back by `open` to go out with the first write (aiohttp sends
+        # the prepared headers with it too).
+        self.preamble = b""
 
     async def _write(self, data: bytes) -> None:
+        if self.preamble:
+            data, self.preamble = self.preamble + data, b""
         if self.guard is None:
             await self.response.write(data)
             return
@@ -64,11 +71,16 @@ class SSETransport(Transport):
             await self.response.write(data)
 
     async def open(self) -> None:
+        """Prepares the response; the headers and a first byte (`: stream-open`, so proxies and
+        clients see the stream open) go out with the first chunks, or on their own at `flush`."""
         if self.request.version >= (1, 1):
             self.response.headers["Connection"] = "keep-alive"
         await self.response.prepare(self.request)
-        # Flush headers and a first byte at once, so proxies and clients see the stream open.
-        await self._write(encoding.SSE_OPEN)
+        self.preamble = encoding.SSE_OPEN
+
+    async def flush(self) -> None:
+        if self.preamble:
+            await self._write(b"")
 
     async def send(self, chunk: dict[str, Any]) -> None:
         await self._write(encoding.sse_event(chunk))
@@ -102,6 +114,8 @@ class SSETransport(Transport):
         await self._end(b"".join(parts))
 
     async def _end(self, data: bytes) -> None:
+        if self.preamble:
+            data, self.preamble = self.preamble + data, b""
         if self.guard is None:
             await self.response.write_eof(data)
             return

@@ -146,6 +146,11 @@ class FakeResponse:
     def __init__(self) -> None:
         self.writes: list[bytes] = []
         self.eof = False
+        self.headers: dict[str, str] = {}
+        self.prepared = False
+
+    async def prepare(self, request: object) -> None:
+        self.prepared = True
 
     async def write(self, data: bytes) -> None:
         self.writes.append(bytes(data))
@@ -183,6 +188,40 @@ async def test_sse_writes_the_events_of_every_waiting_chunk_of_an_ended_log_and_
         await deliver(follower, transport, keepalive_s=15.0)
     assert len(response.writes) == 1 and response.eof
     assert sse_data(without_done(response.writes[0])) == chunks
+
+
+async def test_an_opened_sse_response_writes_its_first_bytes_with_the_chunks_waiting() -> None:
+    chunks = [{"type": "start", "messageId": "m"}, delta("a ")]
+    log = new_log(*chunks)
+    transport, response = sse_transport(7)
+    await transport.open()
+    assert response.prepared and response.writes == []
+    with log.attach(0) as follower:
+        delivery = asyncio.create_task(deliver(follower, transport, keepalive_s=None))
+        while not response.writes:
+            await asyncio.sleep(0)
+        log.close()
+        await delivery
+    assert response.writes[0].startswith(encoding.SSE_OPEN)
+    assert sse_data(response.writes[0].removeprefix(encoding.SSE_OPEN)) == chunks
+    assert response.writes[1:] == [encoding.SSE_DONE]
+
+
+async def test_an_opened_sse_response_with_nothing_to_send_yet_flushes_before_it_waits() -> None:
+    log = new_log()
+    transport, response = sse_transport(7)
+    await transport.open()
+    with log.attach(0) as follower:
+        delivery = asyncio.create_task(deliver(follower, transport, keepalive_s=15.0))
+        while not response.writes:
+            await asyncio.sleep(0)
+        # Out before any chunk: a proxy sees the stream open while the model thinks.
+        assert response.writes == [encoding.SSE_OPEN]
+        log.append({"type": "start", "messageId": "m"})
+        log.close()
+        await delivery
+    assert sse_data(without_done(response.writes[1])) == [{"type": "start", "messageId": "m"}]
+    assert len(response.writes) == 2
 
 
 async def test_sse_ends_with_a_write_of_its_own_when_the_log_ends_after_its_last_chunk_was_sent() -> None:
