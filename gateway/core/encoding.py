@@ -1,15 +1,18 @@
 """Pure wire encoders: SSE events and WebSocket frames. No I/O.
 
 SSE: each chunk is one `data: <one-line JSON>` event followed by a blank line; the stream ends
-with `data: [DONE]`. JSON never contains a raw newline (json.dumps escapes control characters), so
-one `data:` line per event is always enough. Comments (`: keep-alive`) keep idle streams open
+with `data: [DONE]`. JSON never contains a raw newline (both orjson and json.dumps escape control
+characters), so one `data:` line per event is always enough. Comments (`: keep-alive`) keep idle streams open
 through proxies.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Final
+
+import orjson
 
 from gateway.core.chunks import Chunk
 
@@ -31,20 +34,45 @@ def dumps(value: Any) -> str:
 
 
 def chunk_json(wire: dict[str, Any]) -> bytes:
-    """A chunk's JSON as UTF-8, the one serialisation a logged chunk gets (`StreamLog.append`).
+    """A chunk's JSON as UTF-8, the one serialisation a chunk gets (`StreamLog.append`, and the
+    SSE events and WebSocket frames built from it).
 
-    Values JSON cannot hold (a tool output's datetime) become strings rather than failing the run;
-    text with a lone surrogate (not encodable as UTF-8) is written with `\\u` escapes instead.
+    orjson, a tenth of the standard library's time per chunk. Values JSON cannot hold do not fail
+    the run: a tool output's datetime is written as RFC 3339, a dataclass as an object, anything
+    else orjson does not know as its `str()`; NaN and infinities (not JSON) as null; keys that are
+    not strings as their JSON text. What orjson refuses (text with a lone surrogate, which UTF-8
+    cannot hold; integers past 64 bits) goes through the standard library (`_chunk_json_slowly`).
     """
-    text = json.dumps(wire, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
+    try:
+        return orjson.dumps(wire, default=str, option=orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError:
+        return _chunk_json_slowly(wire)
+
+
+def _chunk_json_slowly(wire: dict[str, Any]) -> bytes:
+    """`chunk_json` by the standard library: exact digits for any integer, `\\u` escapes for text
+    that UTF-8 cannot hold, NaN and infinities as null, other values JSON cannot hold as `str()`."""
+    value = _finite(wire)
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
-        return json.dumps(wire, separators=(",", ":"), allow_nan=False, default=str).encode("ascii")
+        return json.dumps(value, separators=(",", ":"), allow_nan=False, default=str).encode("ascii")
+
+
+def _finite(value: Any) -> Any:
+    """`value` with NaN and infinities replaced by None, in any list or dict inside it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def sse_event(wire: dict[str, Any]) -> bytes:
-    return b"data: " + dumps(wire).encode("utf-8") + b"\n\n"
+    return sse_data(chunk_json(wire))
 
 
 def sse_data(chunk: bytes) -> bytes:
@@ -69,7 +97,7 @@ def ws_start(request_id: str) -> str:
 
 
 def ws_chunk(request_id: str, sequence: int, wire: dict[str, Any]) -> str:
-    return dumps({"type": "chunk", "requestId": request_id, "sequence": sequence, "chunk": wire})
+    return ws_chunk_encoded(request_id, sequence, chunk_json(wire)).decode("utf-8")
 
 
 def ws_chunk_encoded(request_id: str, sequence: int, chunk: bytes) -> bytes:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
+import math
 import re
 from typing import Any
 
@@ -75,6 +78,29 @@ def test_sse_comment_stays_one_line() -> None:
     raw = encoding.sse_comment("first\nsecond\r\nthird")
     assert raw == b": first second third\n\n"
     assert parse_sse(raw) == ([], ["first second third"])
+
+
+def test_chunk_values_json_cannot_hold_do_not_fail_the_run() -> None:
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    class Opaque:
+        def __str__(self) -> str:
+            return "opaque"
+
+    output = {"when": datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.UTC), "point": Point(1),
+              "other": Opaque(), "nan": math.nan, "inf": -math.inf, 7: "seven", "text": "a\nb"}
+    data = encoding.chunk_json({"type": "tool-output-available", "toolCallId": "c1", "output": output})
+    assert b"\n" not in data
+    assert json.loads(data)["output"] == {"when": "2026-01-02T03:04:05+00:00", "point": {"x": 1}, "other": "opaque",
+                                          "nan": None, "inf": None, "7": "seven", "text": "a\nb"}
+
+
+def test_chunk_values_orjson_refuses_go_through_the_standard_library() -> None:
+    output = {"big": [2**70], "nan": (math.nan, 1.5), "text": "a\ud800b"}
+    data = encoding.chunk_json({"type": "tool-output-available", "toolCallId": "c1", "output": output})
+    assert json.loads(data)["output"] == {"big": [2**70], "nan": [None, 1.5], "text": "a\ud800b"}
 
 
 def test_dumps_refuses_nan() -> None:

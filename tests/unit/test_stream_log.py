@@ -238,10 +238,11 @@ def test_logged_bytes_are_what_the_encoders_would_write(
 ) -> None:
     wire = {"type": kind, **fields}
     data = encoding.chunk_json(wire)
-    assert encoding.sse_data(data) == encoding.sse_event(wire)
-    assert encoding.ws_chunk_encoded(request_id, sequence, data) == encoding.ws_chunk(
-        request_id, sequence, wire
-    ).encode("utf-8")
+    assert json.loads(data) == wire
+    assert encoding.sse_data(data) == encoding.sse_event(wire) == b"data: " + data + b"\n\n"
+    frame = encoding.ws_chunk_encoded(request_id, sequence, data)
+    assert frame == encoding.ws_chunk(request_id, sequence, wire).encode("utf-8")
+    assert json.loads(frame) == {"type": "chunk", "requestId": request_id, "sequence": sequence, "chunk": wire}
     assert LogEntry(0, kind, data).wire() == wire
 
 
