@@ -44,7 +44,9 @@ def chunk_json(wire: dict[str, Any]) -> bytes:
     cannot hold; integers past 64 bits) goes through the standard library (`_chunk_json_slowly`).
     """
     try:
-        return orjson.dumps(wire, default=str, option=orjson.OPT_NON_STR_KEYS)
+        # Copied: the bytes orjson returns keep the whole buffer it wrote into (4 KiB for the
+        # smallest chunk, 1 MiB for a 64 KiB one), and a logged chunk lives as long as its log.
+        return memoryview(orjson.dumps(wire, default=str, option=orjson.OPT_NON_STR_KEYS)).tobytes()
     except orjson.JSONEncodeError:
         return _chunk_json_slowly(wire)
 

@@ -7,6 +7,7 @@ import datetime
 import json
 import math
 import re
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -95,6 +96,20 @@ def test_chunk_values_json_cannot_hold_do_not_fail_the_run() -> None:
     assert b"\n" not in data
     assert json.loads(data)["output"] == {"when": "2026-01-02T03:04:05+00:00", "point": {"x": 1}, "other": "opaque",
                                           "nan": None, "inf": None, "7": "seven", "text": "a\nb"}
+
+
+@pytest.mark.parametrize("size", [5, 500, 64 * 1024])
+def test_a_serialised_chunk_holds_about_its_own_size(size: int) -> None:
+    """The bytes a stream log keeps per chunk are the chunk's, not the serialiser's whole buffer."""
+    chunk = {"type": "text-delta", "id": "text-1", "delta": "x" * size}
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        kept = [encoding.chunk_json(chunk) for _ in range(200)]
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (after - before) / len(kept) < size + 256
 
 
 def test_chunk_values_orjson_refuses_go_through_the_standard_library() -> None:
