@@ -20,15 +20,16 @@ from aiohttp import WSCloseCode, web
 
 from agents.adk import AgentApps, AgentHost, load_agents, session_service_from_uri
 from gateway.config import Settings
-from gateway.core.errors import GatewayError, OriginRefused, ServiceUnavailable, Unauthorized, UnsupportedMediaType
-from gateway.keys import AUTH, DRAINING, HOST, IDENTITY, METRICS, REGISTRY, SERVICE, SETTINGS, SHUTDOWN_ERRORS
+from gateway.core.errors import ServiceUnavailable, Unauthorized
+from gateway.keys import AUTH, DRAINING, HOST, METRICS, REGISTRY, SERVICE, SETTINGS, SHUTDOWN_ERRORS
 from gateway.metrics import Metrics
-from gateway.services.auth import AnonymousAuth, Identity, bearer_token, build_authenticator, redact
+from gateway.services.auth import bearer_token, build_authenticator
 from gateway.services.chat import ChatService
 from gateway.services.leases import leases_for
 from gateway.services.registry import Limits, Registry
 from gateway.services.streams import MemoryStreamStore, StreamStore
 from gateway.tracing import server_spans, tracing_enabled
+from transports import door
 
 __all__ = ["Services", "build_apps", "build_services", "make_app", "run_steps"]
 
@@ -209,147 +210,36 @@ async def _drain(app: web.Application) -> None:
 
 
 @web.middleware
-async def _door(
+def _door(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> Awaitable[web.StreamResponse]:
+    """Every request's way in (`transports.door`): a CORS preflight is answered; everything else
+    runs its handler behind the door's checks and error answers.
+
+    A plain function, not a coroutine: for a handler that passes the door itself (the
+    WebSocket handshake's, `door.passes_itself`), it hands aiohttp the handler's own coroutine,
+    so no frame of the middleware stays on the stack for the socket's life.
+    """
+    preflight = door.preflight(request)
+    if preflight is not None:
+        return _answered(preflight)
+    if door.passes_itself(handler):
+        return handler(request)
+    return _through_door(request, handler)
+
+
+async def _answered(response: web.StreamResponse) -> web.StreamResponse:
+    return response
+
+
+async def _through_door(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """Every request's way in, in order: a CORS preflight is answered; then, inside the error
-    handling (a `GatewayError` or anything unexpected becomes the JSON error shape), new runs are
-    refused while draining, POSTs are guarded, the caller is authenticated, and the handler runs.
-
-    One middleware, not one per step: a streaming response or a socket keeps its middlewares'
-    frames for its whole life, and this keeps one.
-    """
-    preflight = _cors_preflight(request)
-    if preflight is not None:
-        return preflight
     try:
-        _refuse_when_draining(request)
-        _guard_posts(request)
-        await _authenticate(request)
+        await door.admit(request)
         return await handler(request)
-    except GatewayError as exc:
-        return web.json_response(exc.body(), status=exc.status, headers=exc.headers())
-    except web.HTTPRequestEntityTooLarge:
-        return web.json_response({"error": {"code": "payload_too_large", "message": "The request body is too large."}},
-                                 status=413)
-    except web.HTTPException as exc:
-        if exc.status >= 400 and exc.empty_body is False and request.path.startswith("/api/"):
-            return web.json_response({"error": {"code": exc.reason.lower().replace(" ", "_"), "message": exc.reason}},
-                                     status=exc.status)
-        raise
-    except ConnectionError:
-        raise  # the client went away (e.g. before a handshake's answer): nobody to answer
     except Exception as exc:
-        # Anything unexpected: the client gets the one-line JSON error shape, the log the detail.
-        if not request.path.startswith("/api/"):
-            raise
-        log.exception("request_failed", path=redact(request.path), error=repr(exc))
-        error = GatewayError()
-        return web.json_response(error.body(), status=error.status)
-
-
-def _refuse_when_draining(request: web.Request) -> None:
-    if request.app[DRAINING].is_set() and request.method == "POST" and request.path == "/api/chat":
-        raise ServiceUnavailable("The gateway is shutting down; try again.")
-
-
-WS_PATH = "/api/chat/ws"
-
-
-def same_origin(request: web.Request, origin: str) -> bool:
-    """The Origin names the host this request was sent to (the page's own)."""
-    return origin.rstrip("/").split("://", 1)[-1] == request.headers.get("Host", "")
-
-
-def _guard_posts(request: web.Request) -> None:
-    """CSRF: a form or `text/plain` POST from another site, or any POST from a foreign origin, is
-    refused before it can start or stop a run. A JSON POST from another origin needs a CORS
-    preflight, which only `--cors-origins` passes."""
-    if request.method == "POST" and request.path.startswith("/api/"):
-        origin = request.headers.get("Origin")
-        if origin is not None and not same_origin(request, origin):
-            allowed = request.app[SETTINGS].cors
-            if "*" not in allowed and origin.rstrip("/") not in allowed:
-                _refused(request, "foreign_origin", origin=origin)
-                raise OriginRefused("This origin may not call the chat API.")
-        if request.content_type != "application/json":
-            _refused(request, "not_json", content_type=request.content_type)
-            raise UnsupportedMediaType()
-
-
-def _refused(request: web.Request, reason: str, **detail: object) -> None:
-    request.app[METRICS].auth_refused.labels(reason=reason).inc()
-    log.info("request_refused_at_door", reason=reason, method=request.method, path=redact(request.path_qs),
-             peer=request.remote, **detail)
-
-
-async def _authenticate(request: web.Request) -> None:
-    """Every `/api/` request gets its `Identity` here, or a 401 before its handler runs."""
-    if not request.path.startswith("/api/"):
-        return
-    auth = request.app[AUTH]
-    if isinstance(auth, AnonymousAuth):
-        request[IDENTITY] = auth.claimed(request.headers)
-        return
-    token = bearer_token(request.headers)
-    if token is None and request.path == WS_PATH:
-        token = request.query.get("access_token") or None  # browsers cannot set handshake headers
-    if token is None:
-        _refused(request, "no_credential")
-        raise Unauthorized()
-    try:
-        request[IDENTITY] = await auth.verify(token)
-    except Unauthorized as exc:
-        _refused(request, "invalid_credential", detail=exc.detail)
-        raise
-
-
-def identity_of(request: web.Request) -> Identity:
-    """The caller the middleware authenticated."""
-    return request[IDENTITY]
-
-
-CORS_ALLOW_HEADERS = "content-type, x-user-id, x-ai-sdk-major, x-request-id, authorization, traceparent, tracestate"
-CORS_EXPOSE_HEADERS = "x-vercel-ai-ui-message-stream"
-
-
-def _cors_origin(request: web.Request) -> str | None:
-    """The value for Access-Control-Allow-Origin, or None when this origin is not allowed."""
-    allowed = request.app[SETTINGS].cors
-    origin = request.headers.get("Origin")
-    if not allowed or origin is None or not request.path.startswith("/api/"):
-        return None
-    if "*" in allowed:
-        return "*"
-    return origin if origin.rstrip("/") in allowed else None
-
-
-def _cors_preflight(request: web.Request) -> web.Response | None:
-    """The answer to a CORS preflight; None for any other request."""
-    if request.method == "OPTIONS" and request.headers.get("Access-Control-Request-Method"):
-        origin = _cors_origin(request)
-        if origin is None:
-            return web.Response(status=403)
-        return web.Response(
-            status=204,
-            headers={
-                "Access-Control-Allow-Origin": origin,
-                "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
-                "Access-Control-Allow-Headers": CORS_ALLOW_HEADERS,
-                "Access-Control-Max-Age": "600",
-                "Vary": "Origin",
-            },
-        )
-    return None
-
-
-async def _cors_headers(request: web.Request, response: web.StreamResponse) -> None:
-    # on_response_prepare: also reaches streaming responses, whose headers go out before the body.
-    origin = _cors_origin(request)
-    if origin is not None and "Access-Control-Allow-Origin" not in response.headers:
-        response.headers["Access-Control-Allow-Origin"] = origin
-        response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSE_HEADERS
-        response.headers["Vary"] = "Origin"
+        return door.answer(request, exc)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -382,7 +272,7 @@ async def apps(request: web.Request) -> web.Response:
 
 async def me(request: web.Request) -> web.Response:
     """Who the credential names; pages call it to learn whether they must ask for a token."""
-    return web.json_response({"user": identity_of(request).user_id, "auth": request.app[AUTH].mode})
+    return web.json_response({"user": door.identity_of(request).user_id, "auth": request.app[AUTH].mode})
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -426,7 +316,7 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
         app[HOST] = host
     app.cleanup_ctx.append(_agent_context)
     app.on_shutdown.append(_drain)
-    app.on_response_prepare.append(_cors_headers)
+    app.on_response_prepare.append(door.cors_headers)
 
     web_dir = _web_dir(settings)
 
@@ -437,7 +327,7 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
         return web.Response(text=FALLBACK_PAGE, content_type="text/html")
 
     app.router.add_post("/api/chat", chat_post)
-    app.router.add_get(WS_PATH, chat_socket)
+    app.router.add_get(door.WS_PATH, chat_socket)
     app.router.add_get("/api/me", me)
     app.router.add_get("/api/apps", apps)
     app.router.add_get("/api/chat/{chat_id}/stream", chat_resume)

@@ -16,12 +16,12 @@ disconnect), ends a live session, and cancels and awaits every delivery task.
 Writes: chunks already waiting in a request's log go out back to back under one hold of the
 socket, one frame each (see `transports.base`, "Writes are coalesced").
 
-Memory: an idle socket holds one coroutine frame of ours (the handler's: it takes the slot,
-upgrades, binds the log context, enters the registry connection and reads, with no reading
-coroutine of its own left on the stack), two slotted objects (the session, its registry
-connection), two ids and its log context: about 0.9 KiB. The app's middleware frame and the
-authentication result add 0.5 KiB; aiohttp's and asyncio's objects for the connection are about
-14 KiB (see docs/perf/memory-per-connection.md). What a socket needs only once it talks is created
+Memory: an idle socket holds one coroutine frame of ours (the handler's: it passes the door
+itself, takes the slot, upgrades, enters the registry connection, which binds the log context,
+and reads, with no other coroutine of ours left on the stack: not the app's middleware, not a
+reading loop), two slotted objects (the session, its registry connection), one id and its log
+context, and the authentication result; aiohttp's and asyncio's objects for the connection are
+about 14 KiB (see docs/perf/memory-per-connection.md). What a socket needs only once it talks is created
 by its first frame: the guard and the connection's task group (both before anything can be
 written, so that a slow-reader cut, which may come from a timer, finds the group open), the
 request maps, the send lock, the send window.
@@ -43,7 +43,6 @@ import asyncio
 import base64
 import binascii
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -51,7 +50,6 @@ import structlog
 from aiohttp import WSCloseCode, WSMessage, WSMsgType, web
 from pydantic import ValidationError
 
-from gateway import logs
 from gateway.core import encoding, jsonparse
 from gateway.core.errors import GatewayError, HistoryTooLong, LimitReached, OriginRefused, SlowReader, Unauthorized
 from gateway.core.requests import (
@@ -65,15 +63,16 @@ from gateway.core.requests import (
     message_count,
     validate_frame,
 )
-from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS
+from gateway.keys import AUTH, SERVICE, SETTINGS
 from gateway.services.auth import bearer_token, redact
 from gateway.services.chat import RequestContext
 from gateway.services.live import LiveFrame, LiveHandle, LiveOptions, start_live
 from gateway.services.registry import ChatRun, Connection, SendVerdict
 from gateway.services.streams import Follower, LogEntry, StreamLog
 from gateway.tracing import frame_span
+from transports import door
 from transports.base import SlowReaderGuard, Transport, adapt_entry, deliver, stop_runs
-from transports.sse import caller_of, client_major
+from transports.sse import client_major
 
 if TYPE_CHECKING:
     from gateway.config import Settings
@@ -567,73 +566,71 @@ def _socket_response(request: web.Request) -> web.WebSocketResponse:
                                  compress=False)
 
 
-def _opened(service: ChatService) -> object:
-    """Counts the socket just upgraded and binds its `socket_id` to the task's log lines; returns
-    the value the key had, which `_closed` gives back (`gateway.logs.bind_replacing`)."""
-    service.metrics.connections.labels(kind="ws").inc()
-    return logs.bind_replacing("socket_id", uuid.uuid4().hex[:12])
-
-
 def _log_open(request: web.Request, user_id: str) -> None:
     # `str(rel_url)` is `path_qs`, without aiohttp caching the string on the request for its life.
     log.info("socket_open", user_id=user_id, path=redact(str(request.rel_url)), origin=request.headers.get("Origin"),
              peer=request.remote)
 
 
-def _closed(previous: object) -> None:
-    """Gives `socket_id` back the value `_opened` found."""
-    logs.restore("socket_id", previous)
-
-
-async def _session(ws: web.WebSocketResponse, conn: Connection, service: ChatService, request: web.Request,
-                   user_id: str) -> SocketSession:
+async def _session(ws: web.WebSocketResponse, conn: Connection, service: ChatService, request: web.Request, *,
+                   user_id: str, expires_at: float | None) -> SocketSession:
     """The socket's session, its socket listed on its registry connection, its close at the token's
-    expiry scheduled (which opens the connection's tasks at once)."""
+    expiry (`expires_at`) scheduled (which opens the connection's tasks at once)."""
     settings = request.app[SETTINGS]
     conn.socket = ws  # the one list of open sockets is the registry's (shutdown closes them)
     session = SocketSession(ws, conn, service, settings, request, user_id=user_id)
-    expires_at = request[IDENTITY].expires_at if IDENTITY in request else None
     if expires_at is not None:
         await conn.open_tasks()
         conn.spawn(_close_at_expiry(ws, expires_at), "token-expiry")
     return session
 
 
+@door.passes_door_itself
 async def chat_socket(request: web.Request) -> web.StreamResponse:
-    """The socket's whole life in one coroutine: the handshake, then its frames until it closes.
+    """The socket's whole life in one coroutine: the door's checks, the handshake, then its
+    frames until it closes.
 
-    No reading coroutine of ours stays on the stack while the socket idles (see "Memory" in the
-    module docstring): the frames are read here, and the helpers above keep the steps that need no
-    waiting out of this frame, which lives as long as the socket.
+    No coroutine of ours but this one stays on the stack while the socket idles (see "Memory" in
+    the module docstring): it passes the door itself (`transports.door`: the checks, and its
+    answers to what they or the handshake raise) instead of under the app's middleware, reads
+    the frames here, and the helpers above keep the steps that need no waiting out of this frame,
+    which lives as long as the socket.
     """
-    refusal = _origin_refusal(request)
-    if refusal is not None:
-        return refusal
-    service = request.app[SERVICE]
-    user_id = caller_of(request)
-    # Over the user's socket cap this raises before the upgrade: the error middleware answers
-    # 429 + Retry-After. The slot is held until the handler ends.
-    with service.registry.socket_slot(user_id):
-        ws = _socket_response(request)
-        try:
-            await ws.prepare(request)
-        except ConnectionError:
-            log.info("socket_gone_before_handshake", peer=request.remote)
-            return web.Response(status=400)  # nobody to read it; aiohttp drops it quietly
-        log_previous = _opened(service)
-        try:
-            _log_open(request, user_id)
-            async with service.registry.connection("ws") as conn:
-                session = await _session(ws, conn, service, request, user_id)
-                try:
-                    # `receive()` rather than `async for`: no `__anext__` frame while idle.
-                    while await session.handle(await ws.receive()):
-                        pass
-                finally:
-                    session.close()
-        finally:
-            service.metrics.connections.labels(kind="ws").dec()
-            if not ws.closed:
-                await ws.close()
-            _closed(log_previous)
-    return ws
+    try:
+        identity = await door.admit(request, keep=False)
+        assert identity is not None  # an `/api/` route
+        # Only what the socket needs of its caller stays in this frame, which lives as long as it.
+        user_id, expires_at = identity.user_id, identity.expires_at
+        del identity
+        refusal = _origin_refusal(request)
+        if refusal is not None:
+            return refusal
+        service = request.app[SERVICE]
+        # Over the user's socket cap this raises before the upgrade: answered 429 + Retry-After.
+        # The slot is held until the handler ends.
+        with service.registry.socket_slot(user_id):
+            ws = _socket_response(request)
+            try:
+                await ws.prepare(request)
+            except ConnectionError:
+                log.info("socket_gone_before_handshake", peer=request.remote)
+                return web.Response(status=400)  # nobody to read it; aiohttp drops it quietly
+            service.metrics.connections.labels(kind="ws").inc()
+            try:
+                # The connection binds its id (`ws-N`) to every log line of the socket.
+                async with service.registry.connection("ws") as conn:
+                    _log_open(request, user_id)
+                    session = await _session(ws, conn, service, request, user_id=user_id, expires_at=expires_at)
+                    try:
+                        # `receive()` rather than `async for`: no `__anext__` frame while idle.
+                        while await session.handle(await ws.receive()):
+                            pass
+                    finally:
+                        session.close()
+            finally:
+                service.metrics.connections.labels(kind="ws").dec()
+                if not ws.closed:
+                    await ws.close()
+        return ws
+    except Exception as exc:
+        return door.answer(request, exc)

@@ -2,9 +2,10 @@
 
 How it works
 ------------
-Every request under `/api/` is authenticated once, by the app's middleware, before its handler
-runs; the resulting `Identity` is stored on the request (`IDENTITY`) and is the only source of
-the user id that chats are keyed by. Handlers never read a user from headers, frames or bodies
+Every request under `/api/` is authenticated once, by the door (`transports.door`), before its
+handler does anything else; the resulting `Identity` is stored on the request (`IDENTITY`; a
+WebSocket's handler keeps it itself, for the socket's life) and is the only source of the user
+id that chats are keyed by. Handlers never read a user from headers, frames or bodies
 themselves.
 
 - `none` (`AnonymousAuth`): no credential. The user is the `--user-header` value (or, for

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
+import jwt
 import pytest
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
@@ -154,6 +155,37 @@ async def test_echo_over_a_raw_socket(make_client: MakeClient) -> None:
         assert types[-2:] == ["finish-step", "finish"]
         assert text_of(chunks) == "hello world"
         assert chunks[-1]["finishReason"] == "stop"
+
+
+def awaited_chain(task: asyncio.Task[Any]) -> list[str]:
+    """The names of the coroutines a task is suspended in, outermost first."""
+    names: list[str] = []
+    awaited: Any = task.get_coro()
+    while awaited is not None and hasattr(awaited, "cr_code"):
+        names.append(awaited.cr_code.co_name)
+        awaited = awaited.cr_await
+    return names
+
+
+@pytest.mark.parametrize("auth", ["none", "jwt"])
+async def test_an_idle_socket_keeps_no_middleware_frame(make_client: MakeClient, auth: str) -> None:
+    """The socket's handler passes the door itself: while it idles, the only coroutine of ours
+    on its task's stack is `chat_socket`; the door still refused a socket without a credential."""
+    secret = "s" * 32
+    client = await make_client(auth=auth, auth_jwt_secret=secret if auth == "jwt" else "")
+    headers = {}
+    if auth == "jwt":
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await client.ws_connect("/api/chat/ws")
+        assert refused.value.status == 401
+        headers = {"Authorization": "Bearer " + jwt.encode({"sub": "alice"}, secret, algorithm="HS256")}
+    async with client.ws_connect("/api/chat/ws", headers=headers) as ws:
+        await ws.send_json(send_frame("r1", "chat-idle", "/echo hi"))
+        await read_until(ws, ended("r1"))
+        chains = [awaited_chain(t) for t in asyncio.all_tasks() if "chat_socket" in awaited_chain(t)]
+        assert len(chains) == 1, chains
+        ours = [name for name in chains[0] if name in {"_door", "_through_door", "chat_socket", "handle", "serve"}]
+        assert ours == ["chat_socket"], chains[0]
 
 
 async def test_two_chats_interleave_on_one_socket(make_client: MakeClient) -> None:

@@ -1,0 +1,183 @@
+"""The door: what every HTTP request passes before its handler, and how a failure is answered.
+
+In order: a CORS preflight is answered (`preflight`); new runs are refused while draining, POSTs
+are guarded against cross-site use, and the caller of an `/api/` route is authenticated (`admit`,
+which sets the request's `IDENTITY`); then the handler runs, and what it raises becomes the
+JSON error shape (`answer`: a `GatewayError` its own status and message, anything unexpected a
+500 with the detail in the log only).
+
+The app's one middleware (`gateway.app`) runs these around every handler but the WebSocket
+handshake's: a socket's handler calls `admit` and `answer` itself (`passes_itself`), so no
+middleware frame stays on its stack for the socket's life (docs/perf/memory-per-connection.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+import structlog
+from aiohttp import web
+
+from gateway.core.errors import GatewayError, OriginRefused, ServiceUnavailable, Unauthorized, UnsupportedMediaType
+from gateway.keys import AUTH, DRAINING, IDENTITY, METRICS, SETTINGS
+from gateway.services.auth import AnonymousAuth, Identity, bearer_token, redact
+
+__all__ = ["CORS_ALLOW_HEADERS", "CORS_EXPOSE_HEADERS", "WS_PATH", "admit", "answer", "cors_headers", "identity_of",
+           "passes_door_itself", "passes_itself", "preflight", "refused"]
+
+log = structlog.get_logger("gateway.app")
+
+HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
+
+_PASSES_ITSELF: Final = "_passes_the_door_itself"
+
+
+def passes_door_itself(handler: HandlerT) -> HandlerT:
+    """Marks a handler that runs `admit` and `answer` itself (see the module docstring)."""
+    setattr(handler, _PASSES_ITSELF, True)
+    return handler
+
+
+def passes_itself(handler: object) -> bool:
+    return getattr(handler, _PASSES_ITSELF, False) is True
+
+
+async def admit(request: web.Request, *, keep: bool = True) -> Identity | None:
+    """The door's checks, in order; raises the `GatewayError` that refuses the request. Returns
+    the caller of an `/api/` route (None for any other path), kept on the request (`IDENTITY`)
+    unless `keep` is false: a socket keeps it in its handler instead (a request's first key
+    costs it a dict table for as long as it lives)."""
+    refuse_when_draining(request)
+    guard_posts(request)
+    identity = await authenticate(request)
+    if keep and identity is not None:
+        request[IDENTITY] = identity
+    return identity
+
+
+def answer(request: web.Request, exc: Exception) -> web.StreamResponse:
+    """The answer to what a request's checks or handler raised; re-raises what is not the API's
+    to answer (an HTTP exception outside `/api/`, a client that went away, a failure of a page)."""
+    if isinstance(exc, GatewayError):
+        return web.json_response(exc.body(), status=exc.status, headers=exc.headers())
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return web.json_response({"error": {"code": "payload_too_large", "message": "The request body is too large."}},
+                                 status=413)
+    if isinstance(exc, web.HTTPException):
+        if exc.status >= 400 and exc.empty_body is False and request.path.startswith("/api/"):
+            return web.json_response({"error": {"code": exc.reason.lower().replace(" ", "_"), "message": exc.reason}},
+                                     status=exc.status)
+        raise exc
+    if isinstance(exc, ConnectionError) or not request.path.startswith("/api/"):
+        raise exc  # a client gone (e.g. before a handshake's answer) has nobody to answer
+    # Anything unexpected: the client gets the one-line JSON error shape, the log the detail.
+    log.error("request_failed", path=redact(request.path), error=repr(exc), exc_info=exc)
+    error = GatewayError()
+    return web.json_response(error.body(), status=error.status)
+
+
+def refuse_when_draining(request: web.Request) -> None:
+    if request.app[DRAINING].is_set() and request.method == "POST" and request.path == "/api/chat":
+        raise ServiceUnavailable("The gateway is shutting down; try again.")
+
+
+WS_PATH = "/api/chat/ws"
+
+
+def same_origin(request: web.Request, origin: str) -> bool:
+    """The Origin names the host this request was sent to (the page's own)."""
+    return origin.rstrip("/").split("://", 1)[-1] == request.headers.get("Host", "")
+
+
+def guard_posts(request: web.Request) -> None:
+    """CSRF: a form or `text/plain` POST from another site, or any POST from a foreign origin, is
+    refused before it can start or stop a run. A JSON POST from another origin needs a CORS
+    preflight, which only `--cors-origins` passes."""
+    if request.method == "POST" and request.path.startswith("/api/"):
+        origin = request.headers.get("Origin")
+        if origin is not None and not same_origin(request, origin):
+            allowed = request.app[SETTINGS].cors
+            if "*" not in allowed and origin.rstrip("/") not in allowed:
+                refused(request, "foreign_origin", origin=origin)
+                raise OriginRefused("This origin may not call the chat API.")
+        if request.content_type != "application/json":
+            refused(request, "not_json", content_type=request.content_type)
+            raise UnsupportedMediaType()
+
+
+def refused(request: web.Request, reason: str, **detail: object) -> None:
+    request.app[METRICS].auth_refused.labels(reason=reason).inc()
+    log.info("request_refused_at_door", reason=reason, method=request.method, path=redact(request.path_qs),
+             peer=request.remote, **detail)
+
+
+async def authenticate(request: web.Request) -> Identity | None:
+    """The `Identity` of an `/api/` request's caller, or a 401 before its handler runs; None for
+    any other path."""
+    if not request.path.startswith("/api/"):
+        return None
+    auth = request.app[AUTH]
+    if isinstance(auth, AnonymousAuth):
+        return auth.claimed(request.headers)
+    token = bearer_token(request.headers)
+    if token is None and request.path == WS_PATH:
+        token = request.query.get("access_token") or None  # browsers cannot set handshake headers
+    if token is None:
+        refused(request, "no_credential")
+        raise Unauthorized()
+    try:
+        return await auth.verify(token)
+    except Unauthorized as exc:
+        refused(request, "invalid_credential", detail=exc.detail)
+        raise
+
+
+def identity_of(request: web.Request) -> Identity:
+    """The caller the door authenticated."""
+    return request[IDENTITY]
+
+
+CORS_ALLOW_HEADERS = "content-type, x-user-id, x-ai-sdk-major, x-request-id, authorization, traceparent, tracestate"
+CORS_EXPOSE_HEADERS = "x-vercel-ai-ui-message-stream"
+
+
+def cors_origin(request: web.Request) -> str | None:
+    """The value for Access-Control-Allow-Origin, or None when this origin is not allowed."""
+    allowed = request.app[SETTINGS].cors
+    origin = request.headers.get("Origin")
+    if not allowed or origin is None or not request.path.startswith("/api/"):
+        return None
+    if "*" in allowed:
+        return "*"
+    return origin if origin.rstrip("/") in allowed else None
+
+
+def preflight(request: web.Request) -> web.Response | None:
+    """The answer to a CORS preflight; None for any other request."""
+    if request.method == "OPTIONS" and request.headers.get("Access-Control-Request-Method"):
+        origin = cors_origin(request)
+        if origin is None:
+            return web.Response(status=403)
+        return web.Response(
+            status=204,
+            headers={
+                "Access-Control-Allow-Origin": origin,
+                "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+                "Access-Control-Allow-Headers": CORS_ALLOW_HEADERS,
+                "Access-Control-Max-Age": "600",
+                "Vary": "Origin",
+            },
+        )
+    return None
+
+
+async def cors_headers(request: web.Request, response: web.StreamResponse) -> None:
+    # on_response_prepare: also reaches streaming responses, whose headers go out before the body.
+    origin = cors_origin(request)
+    if origin is not None and "Access-Control-Allow-Origin" not in response.headers:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSE_HEADERS
+        response.headers["Vary"] = "Origin"
+
+
