@@ -4,11 +4,10 @@ Disconnects: the app runs with aiohttp's `handler_cancellation`, so a client tha
 cancels its handler at once; leaving `registry.connection()` then stops the run (unless runs
 detach on disconnect) and waits for it, so no tool runs after the client is gone.
 
-Writes: the headers and `: stream-open` go out with the chunks waiting when the response opens
-(a chat's `start` chunk is always there); chunks already waiting in the log go out as one
-`write` of their events (see
-`transports.base`, "Writes are coalesced"); once the run has ended, its last chunks, `[DONE]` and
-the end of the chunked body are one write (`finish`).
+Writes: the headers and `: stream-open` go out with the chunks waiting when the response opens (a
+chat's `start` chunk is always there); chunks already waiting in the log go out as one `write` of
+their events (see `transports.base`, "Writes are coalesced"); once the run has ended, its last
+chunks, `[DONE]` and the end of the chunked body are one write (`finish`).
 
 Memory: a held stream keeps its handler's frame and the objects below (a slotted transport, the
 guard, the registry connection, the run); the parsed request body is let go once the run has

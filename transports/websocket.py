@@ -17,14 +17,14 @@ Writes: chunks already waiting in a request's log go out back to back under one 
 socket, one frame each (see `transports.base`, "Writes are coalesced").
 
 Memory: an idle socket holds one coroutine frame of ours (the handler's: it passes the door
-itself, takes the slot, upgrades, enters the registry connection, which binds the log context,
-and reads, with no other coroutine of ours left on the stack: not the app's middleware, not a
-reading loop), two slotted objects (the session, its registry connection), one id and its log
-context, and the authentication result; aiohttp's and asyncio's objects for the connection are
-about 14 KiB (see docs/perf/memory-per-connection.md). What a socket needs only once it talks is created
-by its first frame: the guard and the connection's task group (both before anything can be
-written, so that a slow-reader cut, which may come from a timer, finds the group open), the
-request maps, the send lock, the send window.
+itself, takes the slot, upgrades, enters the registry connection, which binds the log context, and
+reads, with no other coroutine of ours left on the stack: not the app's middleware, not a reading
+loop), two slotted objects (the session, its registry connection), one id, its log context and its
+caller's user id; aiohttp's and asyncio's objects for the connection are about 14 KiB (see
+docs/perf/memory-per-connection.md). What a socket needs only once it talks is created by its
+first frame: the guard and the connection's task group (both before anything can be written, so
+that a slow-reader cut, which may come from a timer, finds the group open), the request maps, the
+send lock, the send window.
 
 Slow readers: the socket has one `SlowReaderGuard` (transports.base) over all its requests and
 frames. A cut socket stops its deliveries and closes with 4008 "slow"; if the close frame cannot

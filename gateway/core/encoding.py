@@ -2,8 +2,8 @@
 
 SSE: each chunk is one `data: <one-line JSON>` event followed by a blank line; the stream ends
 with `data: [DONE]`. JSON never contains a raw newline (both orjson and json.dumps escape control
-characters), so one `data:` line per event is always enough. Comments (`: keep-alive`) keep idle streams open
-through proxies.
+characters), so one `data:` line per event is always enough. Comments (`: keep-alive`) keep idle
+streams open through proxies.
 """
 
 from __future__ import annotations
