@@ -60,9 +60,15 @@ class SSETransport(Transport):
         # the prepared headers with it too).
         self.preamble = b""
 
+    def _after_preamble(self, data: bytes) -> bytes:
+        """`data`, behind the first bytes `open` held back if they have not gone out yet."""
+        if not self.preamble:
+            return data
+        data, self.preamble = self.preamble + data, b""
+        return data
+
     async def _write(self, data: bytes) -> None:
-        if self.preamble:
-            data, self.preamble = self.preamble + data, b""
+        data = self._after_preamble(data)
         if self.guard is None:
             await self.response.write(data)
             return
@@ -113,8 +119,7 @@ class SSETransport(Transport):
         await self._end(b"".join(parts))
 
     async def _end(self, data: bytes) -> None:
-        if self.preamble:
-            data, self.preamble = self.preamble + data, b""
+        data = self._after_preamble(data)
         if self.guard is None:
             await self.response.write_eof(data)
             return
