@@ -40,6 +40,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -297,9 +298,20 @@ class ChatService:
                 emit(converter.finish("interrupted"))
                 return
             if plan.new_message is not None:
+                # ADK hands over the events a model yields without waiting in between: a model that
+                # does not wait between tokens would have the whole answer converted before the
+                # handler writes its first token. Giving way once, after the first event that logged
+                # chunks, sends that token at once; the rest goes out at the run's next wait. A stop
+                # can now land between events too, so the run's generator is closed explicitly.
+                waiting_for_first = True
+                logged = run.log.end
                 events = host.run(ctx.user_id, chat_id, plan.new_message, state_delta=plan.state_delta)
-                async for event in events:
-                    self._convert(event, converter, book, turn, emit)
+                async with aclosing(events):
+                    async for event in events:
+                        self._convert(event, converter, book, turn, emit)
+                        if waiting_for_first and run.log.end > logged:
+                            waiting_for_first = False
+                            await asyncio.sleep(0)
             # The run's first event wrote the plan's state; a run that changed nothing of it (no
             # approval asked or settled, no ask counted: most turns) needs no second write, and the
             # session one event fewer per turn. A plan that ran nothing (an approved browser tool

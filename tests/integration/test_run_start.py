@@ -45,3 +45,17 @@ async def test_the_start_chunk_is_logged_before_the_run_takes_a_step(services: S
     types = [chunk["type"] for chunk in run.log.chunks]
     assert types[0] == "start" and types.count("start") == 1 and types[-1] == "finish"
 
+
+
+async def test_the_first_chunk_of_the_answer_reaches_a_waiting_reader_before_the_run_goes_on(
+    services: Services,
+) -> None:
+    # `/stream 5 0`: five text tokens with no wait between them, so nothing in the model lets the
+    # run's task give way. A reader waiting on the log (a handler about to write) wakes with the
+    # first token and only it: the run gives way once after the answer's first chunks.
+    async with _started(services) as run:
+        await run.log.changed()
+        seen = [chunk["type"] for chunk in run.log.chunks]
+        await run.done.wait()
+    assert seen.count("text-delta") == 1, seen
+    assert "finish" not in seen
