@@ -59,3 +59,17 @@ async def test_the_first_chunk_of_the_answer_reaches_a_waiting_reader_before_the
         await run.done.wait()
     assert seen.count("text-delta") == 1, seen
     assert "finish" not in seen
+
+
+async def test_a_stop_that_lands_where_the_run_gives_way_closes_the_agent_run(services: Services) -> None:
+    # The stop cancels the run's task at its one yield after the first token, outside ADK's
+    # generator: the generator is still closed at once (the model's clock is let go with it),
+    # and the answer ends as stopped after that one token.
+    host = services.chat.host
+    async with _started(services) as run:
+        await run.log.changed()
+        assert run.key in host.bounds.clocks  # the agent run is open, waiting to go on
+        await run.stop()
+        assert run.key not in host.bounds.clocks
+    types = [chunk["type"] for chunk in run.log.chunks]
+    assert types.count("text-delta") == 1 and types[-1] == "abort", types
