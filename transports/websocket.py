@@ -91,11 +91,12 @@ _CLOSING: Final = frozenset({WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSE
 class WebSocketRequestTransport(Transport):
     """Carries one request's chunks over a shared socket."""
 
-    __slots__ = ("major", "request_id", "sequence", "socket")
+    __slots__ = ("chunk_head", "major", "request_id", "sequence", "socket")
 
     def __init__(self, socket: SocketSession, request_id: str, major: int, first_sequence: int = 0) -> None:
         self.socket = socket
         self.request_id = request_id
+        self.chunk_head = encoding.ws_chunk_head(request_id)
         self.major = major
         self.sequence = first_sequence
 
@@ -103,13 +104,12 @@ class WebSocketRequestTransport(Transport):
         await self.socket.send(encoding.ws_start(self.request_id))
 
     async def send(self, chunk: dict[str, Any]) -> None:
-        # Number chunks per request as sent (not as logged): a client sees no gap even when a
-        # chunk was dropped for an ai 6 client.
-        await self.socket.send(encoding.ws_chunk(self.request_id, self.sequence, chunk))
-        self.sequence += 1
+        await self.send_encoded(encoding.chunk_json(chunk))
 
     async def send_encoded(self, chunk: bytes) -> None:
-        await self.socket.send_frame(encoding.ws_chunk_encoded(self.request_id, self.sequence, chunk))
+        # Number chunks per request as sent (not as logged): a client sees no gap even when a
+        # chunk was dropped for an ai 6 client.
+        await self.socket.send_frame(encoding.ws_chunk_encoded(self.chunk_head, self.sequence, chunk))
         self.sequence += 1
 
     async def send_entries(self, entries: Iterable[LogEntry]) -> None:
@@ -120,7 +120,7 @@ class WebSocketRequestTransport(Transport):
         for entry in entries:
             data = adapt_entry(entry, self.major)
             if data is not None:
-                frame = encoding.ws_chunk_encoded(self.request_id, self.sequence, data)
+                frame = encoding.ws_chunk_encoded(self.chunk_head, self.sequence, data)
                 self.sequence += 1
                 yield frame
 

@@ -99,13 +99,19 @@ def ws_start(request_id: str) -> str:
 
 
 def ws_chunk(request_id: str, sequence: int, wire: dict[str, Any]) -> str:
-    return ws_chunk_encoded(request_id, sequence, chunk_json(wire)).decode("utf-8")
+    return ws_chunk_encoded(ws_chunk_head(request_id), sequence, chunk_json(wire)).decode("utf-8")
 
 
-def ws_chunk_encoded(request_id: str, sequence: int, chunk: bytes) -> bytes:
-    """`ws_chunk` for a chunk already serialised with `chunk_json`: the same text, as UTF-8."""
-    return (b'{"type":"chunk","requestId":' + dumps(request_id).encode("utf-8") + b',"sequence":'
-            + str(sequence).encode("ascii") + b',"chunk":' + chunk + b"}")
+def ws_chunk_head(request_id: str) -> bytes:
+    """What every chunk frame of one request starts with, up to its sequence number: serialised
+    once per request, not once per chunk."""
+    return b'{"type":"chunk","requestId":' + dumps(request_id).encode("utf-8") + b',"sequence":'
+
+
+def ws_chunk_encoded(head: bytes, sequence: int, chunk: bytes) -> bytes:
+    """`ws_chunk` for a chunk already serialised with `chunk_json`, behind its request's
+    `ws_chunk_head`: the same text, as UTF-8."""
+    return head + str(sequence).encode("ascii") + b',"chunk":' + chunk + b"}"
 
 
 def ws_end(request_id: str) -> str:

@@ -240,7 +240,7 @@ def test_logged_bytes_are_what_the_encoders_would_write(
     data = encoding.chunk_json(wire)
     assert json.loads(data) == wire
     assert encoding.sse_data(data) == encoding.sse_event(wire) == b"data: " + data + b"\n\n"
-    frame = encoding.ws_chunk_encoded(request_id, sequence, data)
+    frame = encoding.ws_chunk_encoded(encoding.ws_chunk_head(request_id), sequence, data)
     assert frame == encoding.ws_chunk(request_id, sequence, wire).encode("utf-8")
     assert json.loads(frame) == {"type": "chunk", "requestId": request_id, "sequence": sequence, "chunk": wire}
     assert LogEntry(0, kind, data).wire() == wire
