@@ -27,7 +27,11 @@ its time to first text, to the first text delta (the first partial event with te
 `Comparison` runs the table (each row at 1 and at 16 clients, rows alternated in order between
 rounds so that drift in the machine's speed spreads over every row, with a bar chart of its turns/s:
 `throughput_chart`), the gateway's added time to first text, and the long chat (per-turn time over
-one 200-turn chat, by tenth, with a chart).
+one 200-turn chat, by tenth, with a chart). The last two compare single turns at 1 client, so they
+run the servers in lock step (`lockstep`): turn k of each, one after the other, before turn k + 1
+of any. A VM's speed can drift by half within minutes; in lock step the drift falls on every
+server alike, and what the gateway adds is taken turn by turn against the bare Runner's turn of
+the same number.
 `churn` drives a gateway through many fresh chats while sampling its RSS. Nothing here asserts
 timings; it measures and formats.
 """
@@ -322,6 +326,22 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
+async def one_turn(client: Client, sample: Sample, new_chat: bool, timeout_s: float = TURN_TIMEOUT_S) -> None:
+    """One turn of `client` into `sample`: a failure is recorded in the sample (and the client's
+    connection closed), a cancellation marks it unfinished and propagates."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await client.turn(sample, new_chat)
+    except asyncio.CancelledError:
+        sample.ok, sample.unfinished = False, True
+        raise
+    except Exception as exc:
+        sample.ok = False
+        sample.error = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
+        sample.detail = str(exc)[:200]
+        await client.close()
+
+
 async def drive(clients: Sequence[Client], turns: int, chat_turns: int, duration_s: float,
                 timeout_s: float = TURN_TIMEOUT_S, cpu: Callable[[], float] | None = None,
                 load: Load | None = None) -> Load:
@@ -346,17 +366,7 @@ async def drive(clients: Sequence[Client], turns: int, chat_turns: int, duration
                 in_chat = 0
                 load.chats += 1
             in_chat += 1
-            try:
-                async with asyncio.timeout(timeout_s):
-                    await client.turn(sample, new_chat)
-            except asyncio.CancelledError:
-                sample.ok, sample.unfinished = False, True
-                raise
-            except Exception as exc:
-                sample.ok = False
-                sample.error = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
-                sample.detail = str(exc)[:200]
-                await client.close()
+            await one_turn(client, sample, new_chat, timeout_s)
             if not sample.ok:
                 in_chat = 0
 
@@ -376,6 +386,51 @@ async def drive(clients: Sequence[Client], turns: int, chat_turns: int, duration
             load.cpu_s = (load.cpu_s or 0.0) + cpu() - cpu_before
         await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
     return load
+
+
+async def lockstep(clients: Mapping[str, Client], loads: Mapping[str, Load], turns: int, chat_turns: int,
+                   cpu: Mapping[str, Callable[[], float] | None], shift: int = 0,
+                   timeout_s: float = TURN_TIMEOUT_S) -> None:
+    """Runs `turns` turns on each of `clients` (one per server, by name) in lock step: turn k on
+    every server before turn k + 1 on any, one turn at a time, in an order that moves on by one
+    place every turn (`shift` moves the first). Each client starts a new chat every `chat_turns`
+    turns and after a failed turn. Turn k of every server meets the machine as it is at that
+    moment, so a drift in its speed (which on a shared VM can be 1.5x within minutes) falls on
+    every server alike instead of on whichever ran last. Fills `loads`: the samples, the summed
+    turn times as `elapsed_s`, and the CPU read around each turn (a server's work after the end of
+    its answer is left out)."""
+    names = list(clients)
+    in_chat = dict.fromkeys(names, 0)
+    try:
+        for k in range(turns):
+            start = (k + shift) % len(names)
+            for name in names[start:] + names[:start]:
+                load = loads[name]
+                new_chat = in_chat[name] == 0 or in_chat[name] >= chat_turns
+                if new_chat:
+                    in_chat[name] = 0
+                    load.chats += 1
+                in_chat[name] += 1
+                sample = Sample(index=k, chat_id="")
+                load.samples.append(sample)
+                read = cpu.get(name)
+                cpu_before = read() if read is not None else None
+                began = time.perf_counter()
+                await one_turn(clients[name], sample, new_chat, timeout_s)
+                load.elapsed_s += time.perf_counter() - began
+                if read is not None and cpu_before is not None:
+                    load.cpu_s = (load.cpu_s or 0.0) + read() - cpu_before
+                if not sample.ok:
+                    in_chat[name] = 0
+        for load in loads.values():
+            load.stopped_by.append("turns")
+    finally:
+        await asyncio.gather(*(c.close() for c in clients.values()), return_exceptions=True)
+
+
+def paired(turns: Sequence[float | None], base: Sequence[float | None]) -> list[float]:
+    """Turn-by-turn differences `turns[k] - base[k]` where both were answered."""
+    return [t - b for t, b in zip(turns, base, strict=False) if t is not None and b is not None]
 
 
 # --- the comparison ------------------------------------------------------------------------
@@ -401,6 +456,7 @@ class Sizes:
     rounds: int
     long_turns: int  # turns of the long chat
     long_rounds: int
+    first_text_turns: int = 0  # turns per server and chats of the first-text comparison (0: none)
     duration_s: float = 120.0  # bound of each load
 
 
@@ -419,6 +475,8 @@ class Comparison:
         self.loads: dict[tuple[str, str, int], Load] = {}
         self.long: dict[str, list[list[float | None]]] = {}  # server -> per round, each turn's seconds
         self.long_loads: dict[str, Load] = {}
+        # (server, chats) -> the first-text comparison's turns, run in lock step at 1 client
+        self.first_text: dict[tuple[str, str], Load] = {}
         self.gateway_chats = 0  # chats the gateway was asked to start, warm-up included
 
     @property
@@ -440,25 +498,26 @@ class Comparison:
 
         return list(await asyncio.gather(*(one() for _ in range(count))))
 
-    async def measure(self, server: str, mode: str, clients: int, turns: int, chat_turns: int) -> Load:
-        """One load of `turns` turns on `server` with `clients` clients."""
-        cpu: Callable[[], float] | None
-        made: list[Client]
+    async def clients(self, server: str, mode: str, clients: int,
+                      turns: int) -> tuple[list[Client], Callable[[], float] | None]:
+        """`clients` new clients of `server` for `turns` turns of `mode` chats, and how to read the
+        server's CPU time."""
         if server in self.runners:
             runner, service = self.runners[server]
-            made = [RunnerClient(runner, service, f"bench-user-{n}") for n in range(clients)]
-            # This process does nothing else meanwhile: its CPU time is the Runner's.
-            cpu = time.process_time
-        elif server == "api_server":
+            # This process does nothing else while a Runner's turn runs: its CPU time is the Runner's.
+            return [RunnerClient(runner, service, f"bench-user-{n}") for n in range(clients)], time.process_time
+        if server == "api_server":
             assert self.targets.api_url is not None
             user = "bench-user"
             presets = await self._presets(turns, user) if mode == "run-only" else None
-            made = [ApiServerClient(self.http, self.targets.api_url, self.targets.api_app, user, presets)
-                    for _ in range(clients)]
-            cpu = self.targets.api_cpu
-        else:
-            made = [GatewayClient(self.http, self.targets.gateway_url, server) for _ in range(clients)]
-            cpu = self.targets.gateway_cpu
+            return [ApiServerClient(self.http, self.targets.api_url, self.targets.api_app, user, presets)
+                    for _ in range(clients)], self.targets.api_cpu
+        return ([GatewayClient(self.http, self.targets.gateway_url, server) for _ in range(clients)],
+                self.targets.gateway_cpu)
+
+    async def measure(self, server: str, mode: str, clients: int, turns: int, chat_turns: int) -> Load:
+        """One load of `turns` turns on `server` with `clients` clients."""
+        made, cpu = await self.clients(server, mode, clients, turns)
         load = await drive(made, turns, 1 if mode in ("fresh", "run-only") else chat_turns,
                            self.sizes.duration_s, cpu=cpu, load=Load(server, mode, clients))
         if server in ("sse", "ws"):
@@ -485,12 +544,41 @@ class Comparison:
                     else:
                         self.loads[key] = load
 
+    async def run_lockstep(self, servers: Sequence[str], mode: str, turns: int, chat_turns: int,
+                           shift: int = 0) -> dict[str, Load]:
+        """One client per server, `turns` turns each, in lock step (`lockstep`)."""
+        clients: dict[str, Client] = {}
+        cpu: dict[str, Callable[[], float] | None] = {}
+        for server in servers:
+            made, cpu[server] = await self.clients(server, mode, 1, turns)
+            clients[server] = made[0]
+        loads = {server: Load(server, mode, 1) for server in servers}
+        await lockstep(clients, loads, turns, chat_turns, cpu, shift=shift)
+        for server, load in loads.items():
+            if server in ("sse", "ws"):
+                self.gateway_chats += load.chats
+            log(f"  {server} {mode} x1 (lock step): {len(load.ok)} ok / {load.failed} failed, "
+                f"p50 {_fmt(load.ms('total', 'p50'))} ms, first text p50 {_fmt(load.ms('ttft', 'p50'))} ms")
+        return loads
+
+    async def run_first_text(self) -> None:
+        """The bare Runner and the gateway's two transports at 1 client, in lock step, fresh and
+        reused chats: what the gateway adds to the time to first text, turn beside turn."""
+        if self.sizes.first_text_turns <= 0:
+            return
+        for mode in ("fresh", "reused"):
+            chat_turns = 1 if mode == "fresh" else self.sizes.chat_turns
+            loads = await self.run_lockstep(("runner", "sse", "ws"), mode, self.sizes.first_text_turns, chat_turns)
+            for server, load in loads.items():
+                self.first_text[(server, mode)] = load
+
     async def run_long(self) -> None:
+        """One chat of `long_turns` turns per server and round, the servers in lock step."""
         n = self.sizes.long_turns
         servers = self.servers(LONG_SERVERS)
         for round_ in range(self.sizes.long_rounds):
-            for server in servers if round_ % 2 == 0 else reversed(servers):
-                load = await self.measure(server, "reused", 1, n, n)
+            loads = await self.run_lockstep(servers, "reused", n, n, shift=round_)
+            for server, load in loads.items():
                 self.long.setdefault(server, []).append([s.total if s.ok else None for s in load.samples])
                 if server in self.long_loads:
                     self.long_loads[server].merge(load)
@@ -502,7 +590,9 @@ class Comparison:
         await self.warm()
         log("side by side: the table")
         await self.run_table()
-        log(f"side by side: one {self.sizes.long_turns}-turn chat per server")
+        log("side by side: time to first text, in lock step")
+        await self.run_first_text()
+        log(f"side by side: one {self.sizes.long_turns}-turn chat per server, in lock step")
         await self.run_long()
 
     # --- figures ---------------------------------------------------------------------------
@@ -523,6 +613,28 @@ class Comparison:
                     "median_ms": statistics.median(values) if values else None,
                 })
         return result
+
+    def added_by_tenth(self, server: str, base: str) -> list[dict[str, float | None]]:
+        """For each tenth of the long chat: the mean and median of `server`'s turn minus `base`'s
+        turn of the same number in the same round (the two ran one beside the other), in ms."""
+        n = self.sizes.long_turns
+        rows = []
+        for k in range(10):
+            low, high = k * n // 10, (k + 1) * n // 10
+            values = [d * 1000 for turns, base_turns in zip(self.long.get(server, []), self.long.get(base, []),
+                                                           strict=False)
+                      for d in paired(turns[low:high], base_turns[low:high])]
+            rows.append({"first_turn": low + 1, "last_turn": high,
+                         "mean_ms": statistics.fmean(values) if values else None,
+                         "median_ms": statistics.median(values) if values else None})
+        return rows
+
+    def added_growth(self, server: str, base: str) -> float | None:
+        """How much more `server` adds over `base` in the long chat's last tenth than in its first:
+        the difference of the two tenths' medians of the turn-by-turn differences, in ms."""
+        tenths = self.added_by_tenth(server, base)
+        first, last = tenths[0]["median_ms"], tenths[-1]["median_ms"]
+        return None if first is None or last is None else last - first
 
     def throughput(self) -> dict[tuple[str, str, int], float | None]:
         """The table's turns/s of the servers and chats of the throughput chart, by
@@ -594,34 +706,46 @@ class Comparison:
         return "\n".join(lines)
 
     def added_first_text(self) -> list[dict[str, Any]]:
-        """At 1 client: the gateway's time to first text minus the bare Runner's, at p50 and p99
-        (differences of percentiles: the turns are not paired)."""
+        """At 1 client: the gateway's time to first text minus the bare Runner's, at p50 and p99.
+        From the lock-step comparison when it ran (`run_first_text`), with the percentiles of the
+        turn-by-turn differences beside the differences of percentiles; else from the table's rows
+        at 1 client (differences of percentiles only: those turns are not paired)."""
         rows = []
         for transport in ("sse", "ws"):
             for mode in ("fresh", "reused"):
-                runner, gateway = self.loads.get(("runner", mode, 1)), self.loads.get((transport, mode, 1))
+                if self.first_text:
+                    runner, gateway = self.first_text.get(("runner", mode)), self.first_text.get((transport, mode))
+                else:
+                    runner, gateway = self.loads.get(("runner", mode, 1)), self.loads.get((transport, mode, 1))
                 if runner is None or gateway is None:
                     continue
-                row: dict[str, Any] = {"transport": transport, "chats": mode}
+                row: dict[str, Any] = {"transport": transport, "chats": mode, "turns": len(gateway.ok)}
+                pairs = paired([s.ttft if s.ok else None for s in gateway.samples],
+                               [s.ttft if s.ok else None for s in runner.samples]) if self.first_text else []
+                by_pair = percentiles(pairs, (50, 99))
                 for p in ("p50", "p99"):
                     r, g = runner.ms("ttft", p), gateway.ms("ttft", p)
                     row[f"runner_{p}_ms"], row[f"gateway_{p}_ms"] = _round(r, 2), _round(g, 2)
                     row[f"added_{p}_ms"] = None if r is None or g is None else round(g - r, 2)
+                    value = by_pair.get(p)
+                    row[f"paired_{p}_ms"] = None if value is None else round(value * 1000, 2)
                 rows.append(row)
         return rows
 
     def markdown_first_text(self) -> str:
         lines = [
-            "| gateway | chats | bare Runner first text p50 / p99 ms | gateway first text p50 / p99 ms "
-            "| added p50 / p99 ms |",
-            "|---|---|---|---|---|",
+            "| gateway | chats | turns | bare Runner first text p50 / p99 ms | gateway first text p50 / p99 ms "
+            "| added p50 / p99 ms | turn-by-turn differences p50 / p99 ms |",
+            "|---|---|---|---|---|---|---|",
         ]
         for row in self.added_first_text():
             lines.append(
                 f"| {SERVER_LABELS[row['transport']]} | {CHAT_LABELS[(row['transport'], row['chats'])]} "
-                f"| {_fmt(row['runner_p50_ms'])} / {_fmt(row['runner_p99_ms'])} "
-                f"| {_fmt(row['gateway_p50_ms'])} / {_fmt(row['gateway_p99_ms'])} "
-                f"| **{_fmt(row['added_p50_ms'])} / {_fmt(row['added_p99_ms'])}** |"
+                f"| {row['turns']:,} "
+                f"| {_fmt(row['runner_p50_ms'], 2)} / {_fmt(row['runner_p99_ms'], 2)} "
+                f"| {_fmt(row['gateway_p50_ms'], 2)} / {_fmt(row['gateway_p99_ms'], 2)} "
+                f"| **{_fmt(row['added_p50_ms'], 2)} / {_fmt(row['added_p99_ms'], 2)}** "
+                f"| {_fmt(row['paired_p50_ms'], 2)} / {_fmt(row['paired_p99_ms'], 2)} |"
             )
         return "\n".join(lines)
 
@@ -633,23 +757,33 @@ class Comparison:
         head = " | ".join(f"{LONG_LABELS[s]} mean / median" for s in servers)
         extra = [(t, base) for t in ("sse", "ws") if t in tenths for base in ("runner", "runner-memory")
                  if base in tenths]
-        extra_head = "".join(f" | {LONG_LABELS[t]} over {LONG_LABELS[b]}" for t, b in extra)
+        added = {pair: self.added_by_tenth(*pair) for pair in extra}
+        extra_head = "".join(f" | {LONG_LABELS[t]} over {LONG_LABELS[b]} mean / median" for t, b in extra)
         lines = [f"| turns | {head}{extra_head} |", "|---" * (1 + len(servers) + len(extra)) + "|"]
         for k in range(10):
             first = tenths[servers[0]][k]
             cells = [f"{_fmt(tenths[s][k]['mean_ms'])} / {_fmt(tenths[s][k]['median_ms'])}" for s in servers]
-            added = [_diff(tenths[t][k]["mean_ms"], tenths[b][k]["mean_ms"]) for t, b in extra]
-            lines.append(f"| {first['first_turn']}-{first['last_turn']} | " + " | ".join(cells + added) + " |")
+            cells += [f"{_signed(added[pair][k]['mean_ms'])} / {_signed(added[pair][k]['median_ms'])}"
+                      for pair in extra]
+            lines.append(f"| {first['first_turn']}-{first['last_turn']} | " + " | ".join(cells) + " |")
+        growth = [f"{LONG_LABELS[t]} over {LONG_LABELS[b]} **{_signed(self.added_growth(t, b))}**"
+                  for t, b in extra]
+        lines += ["", "Added time, last tenth less first (medians of the turn-by-turn differences): "
+                  + "; ".join(growth) + " ms."]
         return "\n".join(lines)
 
     def as_json(self) -> dict[str, Any]:
         return {
             "prompt": PROMPT,
             "sizes": {"turns": self.sizes.turns, "chat_turns": self.sizes.chat_turns, "rounds": self.sizes.rounds,
-                      "long_turns": self.sizes.long_turns, "long_rounds": self.sizes.long_rounds},
+                      "long_turns": self.sizes.long_turns, "long_rounds": self.sizes.long_rounds,
+                      "first_text_turns": self.sizes.first_text_turns},
             "table": [load.as_json() for load in self.loads.values()],
             "added_first_text_1_client": self.added_first_text(),
             "long_chat": {"by_tenth": self.tenths(),
+                          "added_by_tenth": {f"{t}-over-{b}": self.added_by_tenth(t, b)
+                                             for t in ("sse", "ws") for b in ("runner", "runner-memory")
+                                             if t in self.long and b in self.long},
                           "loads": {s: load.as_json() for s, load in self.long_loads.items()},
                           "turn_ms": {s: [[_round(t * 1000 if t is not None else None, 2) for t in turns]
                                           for turns in rounds] for s, rounds in self.long.items()}},
@@ -712,8 +846,8 @@ def _ratio(load: Load, base: Load | None) -> str:
     return f"{load.turns_per_s / base.turns_per_s:.2f}x"
 
 
-def _diff(value: float | None, base: float | None) -> str:
-    return "—" if value is None or base is None else f"{value - base:+,.1f}"
+def _signed(value: float | None) -> str:
+    return "—" if value is None else f"{value:+,.1f}"
 
 
 # --- many turns, with the RSS sampled ------------------------------------------------------

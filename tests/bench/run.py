@@ -219,6 +219,7 @@ class Plan:
     rounds: int = 2
     long_turns: int = 200
     long_rounds: int = 2
+    first_text_turns: int = 500  # per server and chats, in lock step at 1 client
     stream_requests: int = 150
     disconnect: int = 200
     hold_sse: int = 500
@@ -233,7 +234,8 @@ class Plan:
     def quick(cls) -> Plan:
         """A smoke run: every part, with small counts."""
         return replace(cls(), compare_turns={1: 40, 16: 160}, chat_turns=10, rounds=1, long_turns=50,
-                       long_rounds=1, stream_requests=30, disconnect=40, hold_sse=100, hold_ws=(500, 1_000),
+                       long_rounds=1, first_text_turns=40, stream_requests=30, disconnect=40, hold_sse=100,
+                       hold_ws=(500, 1_000),
                        churn_turns=10_000, churn_warmup=2_000, churn_every=1_000, churn_duration_s=240.0,
                        warmup=10)
 
@@ -326,7 +328,7 @@ class Bench:
         if api is not None:
             targets.api_url, targets.api_app, targets.api_cpu = api.url, ADK_APP, api.cpu_s
         sizes = Sizes(turns=p.compare_turns, chat_turns=p.chat_turns, rounds=p.rounds, long_turns=p.long_turns,
-                      long_rounds=p.long_rounds)
+                      long_rounds=p.long_rounds, first_text_turns=p.first_text_turns)
         try:
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                              timeout=aiohttp.ClientTimeout(total=None)) as http:
@@ -574,16 +576,25 @@ class Bench:
                 "### Gateway-added time to first text over the bare Runner, 1 client",
                 "",
                 "The bare Runner's first partial event with text against the gateway's first `text-delta` at "
-                "the client, both timed from the start of the turn; differences of percentiles.",
+                "the client, both timed from the start of the turn. "
+                + (f"The three run in lock step, {t.first_text_turns:,} turns each for each kind of chat: turn k "
+                   "of the bare Runner, of the gateway over SSE and over WebSocket one after the other (in an "
+                   "order that moves on every turn) before turn k + 1 of any, so that the machine's drift falls on "
+                   "all three alike. \"Added\" is the difference of the percentiles; beside it, the percentiles "
+                   "of the turn-by-turn differences (each gateway turn less the bare Runner's turn of the same k)."
+                   if t.first_text_turns > 0 else
+                   "From the table's rows at 1 client; differences of percentiles."),
                 "",
                 c.markdown_first_text(),
                 "",
                 f"### Per-turn time over a {t.long_turns}-turn chat, 1 client, whole history posted",
                 "",
                 f"Mean / median ms per turn in each tenth of the chat"
-                f"{f' ({t.long_rounds} chats per server, alternated)' if t.long_rounds > 1 else ''}; the last "
-                "columns are the gateway's mean minus the bare Runner's (ADK's store, then ours). The chart "
-                "plots the medians.",
+                f"{f' ({t.long_rounds} chats per server)' if t.long_rounds > 1 else ''}. The servers' chats run "
+                "in lock step: turn k of every server, one after the other in an order that moves on every "
+                "turn, before turn k + 1 of any, so that the machine's drift falls on every server alike. The "
+                "last columns are the mean and median, over the tenth, of the gateway's turn less the bare "
+                "Runner's turn of the same number (ADK's store, then ours). The chart plots the medians.",
                 "",
                 c.markdown_long(),
                 "",
