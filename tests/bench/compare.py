@@ -28,10 +28,10 @@ its time to first text, to the first text delta (the first partial event with te
 rounds so that drift in the machine's speed spreads over every row, with a bar chart of its turns/s:
 `throughput_chart`), the gateway's added time to first text, and the long chat (per-turn time over
 one 200-turn chat, by tenth, with a chart). The last two compare single turns at 1 client, so they
-run the servers in lock step (`lockstep`): turn k of each, one after the other, before turn k + 1
-of any. A VM's speed can drift by half within minutes; in lock step the drift falls on every
-server alike, and what the gateway adds is taken turn by turn against the bare Runner's turn of
-the same number.
+run the servers in lock step (`lockstep`), a short block of turns each: turns k to k + b - 1 of
+each server, one after the other, before any goes further. A VM's speed can drift by half within
+minutes; in lock step the drift falls on every server alike, and what the gateway adds is taken
+turn by turn against the bare Runner's turn of the same number.
 `churn` drives a gateway through many fresh chats while sampling its RSS. Nothing here asserts
 timings; it measures and formats.
 """
@@ -389,22 +389,28 @@ async def drive(clients: Sequence[Client], turns: int, chat_turns: int, duration
 
 
 async def lockstep(clients: Mapping[str, Client], loads: Mapping[str, Load], turns: int, chat_turns: int,
-                   cpu: Mapping[str, Callable[[], float] | None], shift: int = 0,
+                   cpu: Mapping[str, Callable[[], float] | None], *, block: int = 1, shift: int = 0,
                    timeout_s: float = TURN_TIMEOUT_S) -> None:
-    """Runs `turns` turns on each of `clients` (one per server, by name) in lock step: turn k on
-    every server before turn k + 1 on any, one turn at a time, in an order that moves on by one
-    place every turn (`shift` moves the first). Each client starts a new chat every `chat_turns`
-    turns and after a failed turn. Turn k of every server meets the machine as it is at that
-    moment, so a drift in its speed (which on a shared VM can be 1.5x within minutes) falls on
-    every server alike instead of on whichever ran last. Fills `loads`: the samples, the summed
-    turn times as `elapsed_s`, and the CPU read around each turn (a server's work after the end of
-    its answer is left out)."""
+    """Runs `turns` turns on each of `clients` (one per server, by name) in lock step, `block`
+    turns at a time: turns k to k + block - 1 on every server, one server after the other, before
+    any server goes further, in an order that moves on by one place every block (`shift` moves
+    the first). Each client starts a new chat every `chat_turns` turns and after a failed turn.
+
+    Turn k of every server meets the machine as it is at that moment, so a drift in its speed
+    (which on a shared VM can be 1.5x within minutes) falls on every server alike instead of on
+    whichever ran last. Blocks of consecutive turns keep each server's own loop warm, as in a
+    closed loop: one turn at a time, each server starts every turn with caches the others have
+    filled, which slows the in-process Runner's short turns the most (about 2x at 1 client).
+
+    Fills `loads`: the samples, the summed turn times as `elapsed_s`, and the CPU read around each
+    turn (a server's work after the end of its answer is left out)."""
     names = list(clients)
     in_chat = dict.fromkeys(names, 0)
     try:
-        for k in range(turns):
-            start = (k + shift) % len(names)
-            for name in names[start:] + names[:start]:
+        for index, first in enumerate(range(0, turns, block)):
+            start = (index + shift) % len(names)
+            for name, k in ((n, k) for n in names[start:] + names[:start]
+                            for k in range(first, min(first + block, turns))):
                 load = loads[name]
                 new_chat = in_chat[name] == 0 or in_chat[name] >= chat_turns
                 if new_chat:
@@ -458,6 +464,13 @@ class Sizes:
     long_rounds: int
     first_text_turns: int = 0  # turns per server and chats of the first-text comparison (0: none)
     duration_s: float = 120.0  # bound of each load
+
+    @property
+    def long_block(self) -> int:
+        """Turns of the long chat each server runs at a time in lock step: a quarter of a tenth (5 of
+        200), short enough that the machine cannot drift within the servers' turn, long enough that
+        each runs warm. The blocks line up, so a block's first (colder) turn pairs with another's."""
+        return max(1, self.long_turns // 40)
 
 
 class Comparison:
@@ -544,20 +557,20 @@ class Comparison:
                     else:
                         self.loads[key] = load
 
-    async def run_lockstep(self, servers: Sequence[str], mode: str, turns: int, chat_turns: int,
+    async def run_lockstep(self, servers: Sequence[str], mode: str, turns: int, chat_turns: int, block: int,
                            shift: int = 0) -> dict[str, Load]:
-        """One client per server, `turns` turns each, in lock step (`lockstep`)."""
+        """One client per server, `turns` turns each, in lock step, `block` turns at a time (`lockstep`)."""
         clients: dict[str, Client] = {}
         cpu: dict[str, Callable[[], float] | None] = {}
         for server in servers:
             made, cpu[server] = await self.clients(server, mode, 1, turns)
             clients[server] = made[0]
         loads = {server: Load(server, mode, 1) for server in servers}
-        await lockstep(clients, loads, turns, chat_turns, cpu, shift=shift)
+        await lockstep(clients, loads, turns, chat_turns, cpu, block=block, shift=shift)
         for server, load in loads.items():
             if server in ("sse", "ws"):
                 self.gateway_chats += load.chats
-            log(f"  {server} {mode} x1 (lock step): {len(load.ok)} ok / {load.failed} failed, "
+            log(f"  {server} {mode} x1 (lock step, {block} turns a block): {len(load.ok)} ok / {load.failed} failed, "
                 f"p50 {_fmt(load.ms('total', 'p50'))} ms, first text p50 {_fmt(load.ms('ttft', 'p50'))} ms")
         return loads
 
@@ -568,7 +581,8 @@ class Comparison:
             return
         for mode in ("fresh", "reused"):
             chat_turns = 1 if mode == "fresh" else self.sizes.chat_turns
-            loads = await self.run_lockstep(("runner", "sse", "ws"), mode, self.sizes.first_text_turns, chat_turns)
+            loads = await self.run_lockstep(("runner", "sse", "ws"), mode, self.sizes.first_text_turns, chat_turns,
+                                            block=self.sizes.chat_turns)
             for server, load in loads.items():
                 self.first_text[(server, mode)] = load
 
@@ -577,7 +591,7 @@ class Comparison:
         n = self.sizes.long_turns
         servers = self.servers(LONG_SERVERS)
         for round_ in range(self.sizes.long_rounds):
-            loads = await self.run_lockstep(servers, "reused", n, n, shift=round_)
+            loads = await self.run_lockstep(servers, "reused", n, n, block=self.sizes.long_block, shift=round_)
             for server, load in loads.items():
                 self.long.setdefault(server, []).append([s.total if s.ok else None for s in load.samples])
                 if server in self.long_loads:

@@ -577,11 +577,13 @@ class Bench:
                 "",
                 "The bare Runner's first partial event with text against the gateway's first `text-delta` at "
                 "the client, both timed from the start of the turn. "
-                + (f"The three run in lock step, {t.first_text_turns:,} turns each for each kind of chat: turn k "
-                   "of the bare Runner, of the gateway over SSE and over WebSocket one after the other (in an "
-                   "order that moves on every turn) before turn k + 1 of any, so that the machine's drift falls on "
-                   "all three alike. \"Added\" is the difference of the percentiles; beside it, the percentiles "
-                   "of the turn-by-turn differences (each gateway turn less the bare Runner's turn of the same k)."
+                + (f"The three run in lock step, {t.first_text_turns:,} turns each for each kind of chat, in "
+                   f"blocks of {t.chat_turns} turns: turns k to k + {t.chat_turns - 1} of the bare Runner, of the "
+                   "gateway over SSE and over WebSocket one after the other (in an order that moves on every "
+                   "block) before any goes further, so that the machine's drift falls on all three alike, while "
+                   "each runs its block as a closed loop. \"Added\" is the difference of the percentiles; beside "
+                   "it, the percentiles of the turn-by-turn differences (each gateway turn less the bare Runner's "
+                   "turn of the same k)."
                    if t.first_text_turns > 0 else
                    "From the table's rows at 1 client; differences of percentiles."),
                 "",
@@ -591,8 +593,10 @@ class Bench:
                 "",
                 f"Mean / median ms per turn in each tenth of the chat"
                 f"{f' ({t.long_rounds} chats per server)' if t.long_rounds > 1 else ''}. The servers' chats run "
-                "in lock step: turn k of every server, one after the other in an order that moves on every "
-                "turn, before turn k + 1 of any, so that the machine's drift falls on every server alike. The "
+                f"in lock step, {t.long_block} turns at a time: turns k to "
+                f"k + {t.long_block - 1} of every server, one after the other in an order that moves "
+                "on every block, before any goes further, so that the machine's drift falls on every server "
+                "alike. The "
                 "last columns are the mean and median, over the tenth, of the gateway's turn less the bare "
                 "Runner's turn of the same number (ADK's store, then ours). The chart plots the medians.",
                 "",

@@ -63,6 +63,22 @@ async def test_a_failed_turn_starts_a_new_chat_for_that_server_only() -> None:
     assert clients["sse"].closed == 2  # after the failure, and at the end
 
 
+async def test_in_blocks_each_server_runs_its_block_before_the_next_goes_further() -> None:
+    journal: list[tuple[str, int, bool]] = []
+    names = ("runner", "sse", "ws")
+    clients = {name: FakeClient(name, journal, 0.001) for name in names}
+    loads = {name: Load(name, "fresh", 1) for name in names}
+    await lockstep(clients, loads, turns=5, chat_turns=1, cpu={}, block=2)
+
+    assert [(n, k) for n, k, _ in journal] == [
+        ("runner", 0), ("runner", 1), ("sse", 0), ("sse", 1), ("ws", 0), ("ws", 1),
+        ("sse", 2), ("sse", 3), ("ws", 2), ("ws", 3), ("runner", 2), ("runner", 3),
+        ("ws", 4), ("runner", 4), ("sse", 4),  # the last block is what is left
+    ]
+    assert all(new for _, _, new in journal)  # fresh chats: a new one every turn
+    assert all(loads[name].chats == 5 for name in names)
+
+
 def test_differences_pair_turns_of_the_same_number() -> None:
     assert paired([0.005, None, 0.009, 0.004], [0.003, 0.002, None, 0.001]) == pytest.approx([0.002, 0.003])
 
