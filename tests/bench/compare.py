@@ -436,7 +436,12 @@ async def lockstep(clients: Mapping[str, Client], loads: Mapping[str, Load], tur
 
 def paired(turns: Sequence[float | None], base: Sequence[float | None]) -> list[float]:
     """Turn-by-turn differences `turns[k] - base[k]` where both were answered."""
-    return [t - b for t, b in zip(turns, base, strict=False) if t is not None and b is not None]
+    return [d for d in paired_by_turn(turns, base) if d is not None]
+
+
+def paired_by_turn(turns: Sequence[float | None], base: Sequence[float | None]) -> list[float | None]:
+    """`turns[k] - base[k]` for each k, None where either was not answered."""
+    return [None if t is None or b is None else t - b for t, b in zip(turns, base, strict=False)]
 
 
 # --- the comparison ------------------------------------------------------------------------
@@ -650,6 +655,17 @@ class Comparison:
         first, last = tenths[0]["median_ms"], tenths[-1]["median_ms"]
         return None if first is None or last is None else last - first
 
+    def added_trend(self, server: str, base: str) -> float | None:
+        """The same growth from every turn rather than two tenths: a Theil-Sen line (the median of
+        the slopes between every two turns, which single slow turns do not tilt) through each
+        turn's median difference over the rounds, from the chat's first turn to its last, in ms."""
+        rounds = [paired_by_turn(turns, base_turns)
+                  for turns, base_turns in zip(self.long.get(server, []), self.long.get(base, []), strict=False)]
+        points = [(k, statistics.median(values) * 1000) for k in range(self.sizes.long_turns)
+                  if (values := [r[k] for r in rounds if k < len(r) and r[k] is not None])]
+        slopes = [(y2 - y1) / (k2 - k1) for i, (k1, y1) in enumerate(points) for k2, y2 in points[i + 1:]]
+        return statistics.median(slopes) * (self.sizes.long_turns - 1) if slopes else None
+
     def throughput(self) -> dict[tuple[str, str, int], float | None]:
         """The table's turns/s of the servers and chats of the throughput chart, by
         (server, chats, clients); None for a load with no answered turn."""
@@ -780,10 +796,11 @@ class Comparison:
             cells += [f"{_signed(added[pair][k]['mean_ms'])} / {_signed(added[pair][k]['median_ms'])}"
                       for pair in extra]
             lines.append(f"| {first['first_turn']}-{first['last_turn']} | " + " | ".join(cells) + " |")
-        growth = [f"{LONG_LABELS[t]} over {LONG_LABELS[b]} **{_signed(self.added_growth(t, b))}**"
-                  for t, b in extra]
-        lines += ["", "Added time, last tenth less first (medians of the turn-by-turn differences): "
-                  + "; ".join(growth) + " ms."]
+        growth = [f"{LONG_LABELS[t]} over {LONG_LABELS[b]} **{_signed(self.added_growth(t, b))}** "
+                  f"({_signed(self.added_trend(t, b))})" for t, b in extra]
+        lines += ["", "Added time, last tenth less first (medians of the turn-by-turn differences), and in "
+                  "brackets the same from a line through every turn's difference (Theil-Sen, first turn to "
+                  "last): " + "; ".join(growth) + " ms."]
         return "\n".join(lines)
 
     def as_json(self) -> dict[str, Any]:
@@ -798,6 +815,10 @@ class Comparison:
                           "added_by_tenth": {f"{t}-over-{b}": self.added_by_tenth(t, b)
                                              for t in ("sse", "ws") for b in ("runner", "runner-memory")
                                              if t in self.long and b in self.long},
+                          "added_growth_ms": {f"{t}-over-{b}": {"tenths": _round(self.added_growth(t, b), 2),
+                                                                "trend": _round(self.added_trend(t, b), 2)}
+                                              for t in ("sse", "ws") for b in ("runner", "runner-memory")
+                                              if t in self.long and b in self.long},
                           "loads": {s: load.as_json() for s, load in self.long_loads.items()},
                           "turn_ms": {s: [[_round(t * 1000 if t is not None else None, 2) for t in turns]
                                           for turns in rounds] for s, rounds in self.long.items()}},

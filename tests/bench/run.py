@@ -218,7 +218,7 @@ class Plan:
     chat_turns: int = 20  # turns of a reused chat in the side-by-side table
     rounds: int = 2
     long_turns: int = 200
-    long_rounds: int = 2
+    long_rounds: int = 4
     first_text_turns: int = 500  # per server and chats, in lock step at 1 client
     stream_requests: int = 150
     disconnect: int = 200

@@ -100,3 +100,16 @@ def test_the_added_time_by_tenth_is_taken_turn_by_turn() -> None:
     assert tenths[-1]["mean_ms"] == pytest.approx((3.0 + 3.0 + 3.0 + 480.0) / 4)
     assert comparison.added_growth("sse", "runner-memory") == pytest.approx(1.0)
     assert "gateway SSE over Runner (our store) **+1.0**" in comparison.markdown_long()
+
+
+def test_the_trend_follows_a_steady_growth_and_ignores_single_slow_turns() -> None:
+    comparison = Comparison.__new__(Comparison)
+    comparison.sizes = Sizes(turns={1: 1}, chat_turns=2, rounds=1, long_turns=200, long_rounds=2)
+    base = [[0.004 + k / 20_000 for k in range(200)] for _ in range(2)]
+    # The gateway adds 1 ms at the first turn and 2.99 ms at the last: 0.01 ms more every turn.
+    gateway = [[b + 0.001 + k / 100_000 for k, b in enumerate(turns)] for turns in base]
+    for k in range(180, 200, 3):
+        gateway[0][k] += 0.2  # collections in one round, late in the chat
+    gateway[1][195] = None
+    comparison.long = {"runner-memory": base, "sse": gateway}
+    assert comparison.added_trend("sse", "runner-memory") == pytest.approx(1.99, abs=0.01)
