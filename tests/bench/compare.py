@@ -633,16 +633,25 @@ class Comparison:
                 })
         return result
 
+    def added_pairs(self) -> list[tuple[str, str]]:
+        """(gateway transport, bare Runner) pairs of the long chat that both ran."""
+        return [(t, b) for t in ("sse", "ws") if t in self.long for b in ("runner", "runner-memory") if b in self.long]
+
+    def _differences(self, server: str, base: str) -> list[list[float | None]]:
+        """Per round of the long chat, each turn of `server` less `base`'s turn of the same number
+        (the two ran one beside the other), in ms; None where either failed."""
+        return [[None if d is None else d * 1000 for d in paired_by_turn(turns, base_turns)]
+                for turns, base_turns in zip(self.long.get(server, []), self.long.get(base, []), strict=False)]
+
     def added_by_tenth(self, server: str, base: str) -> list[dict[str, float | None]]:
-        """For each tenth of the long chat: the mean and median of `server`'s turn minus `base`'s
-        turn of the same number in the same round (the two ran one beside the other), in ms."""
+        """For each tenth of the long chat: the mean and median of the turn-by-turn differences
+        of `server` over `base` (`_differences`), in ms."""
         n = self.sizes.long_turns
+        rounds = self._differences(server, base)
         rows = []
         for k in range(10):
             low, high = k * n // 10, (k + 1) * n // 10
-            values = [d * 1000 for turns, base_turns in zip(self.long.get(server, []), self.long.get(base, []),
-                                                           strict=False)
-                      for d in paired(turns[low:high], base_turns[low:high])]
+            values = [d for r in rounds for d in r[low:high] if d is not None]
             rows.append({"first_turn": low + 1, "last_turn": high,
                          "mean_ms": statistics.fmean(values) if values else None,
                          "median_ms": statistics.median(values) if values else None})
@@ -659,10 +668,9 @@ class Comparison:
         """The same growth from every turn rather than two tenths: a Theil-Sen line (the median of
         the slopes between every two turns, which single slow turns do not tilt) through each
         turn's median difference over the rounds, from the chat's first turn to its last, in ms."""
-        rounds = [paired_by_turn(turns, base_turns)
-                  for turns, base_turns in zip(self.long.get(server, []), self.long.get(base, []), strict=False)]
-        points = [(k, statistics.median(values) * 1000) for k in range(self.sizes.long_turns)
-                  if (values := [r[k] for r in rounds if k < len(r) and r[k] is not None])]
+        rounds = self._differences(server, base)
+        points = [(k, statistics.median(values)) for k in range(self.sizes.long_turns)
+                  if (values := [d for r in rounds if k < len(r) and (d := r[k]) is not None])]
         slopes = [(y2 - y1) / (k2 - k1) for i, (k1, y1) in enumerate(points) for k2, y2 in points[i + 1:]]
         return statistics.median(slopes) * (self.sizes.long_turns - 1) if slopes else None
 
@@ -785,8 +793,7 @@ class Comparison:
         if not servers:
             return "No long chat was run."
         head = " | ".join(f"{LONG_LABELS[s]} mean / median" for s in servers)
-        extra = [(t, base) for t in ("sse", "ws") if t in tenths for base in ("runner", "runner-memory")
-                 if base in tenths]
+        extra = self.added_pairs()
         added = {pair: self.added_by_tenth(*pair) for pair in extra}
         extra_head = "".join(f" | {LONG_LABELS[t]} over {LONG_LABELS[b]} mean / median" for t, b in extra)
         lines = [f"| turns | {head}{extra_head} |", "|---" * (1 + len(servers) + len(extra)) + "|"]
@@ -813,12 +820,10 @@ class Comparison:
             "added_first_text_1_client": self.added_first_text(),
             "long_chat": {"by_tenth": self.tenths(),
                           "added_by_tenth": {f"{t}-over-{b}": self.added_by_tenth(t, b)
-                                             for t in ("sse", "ws") for b in ("runner", "runner-memory")
-                                             if t in self.long and b in self.long},
+                                             for t, b in self.added_pairs()},
                           "added_growth_ms": {f"{t}-over-{b}": {"tenths": _round(self.added_growth(t, b), 2),
                                                                 "trend": _round(self.added_trend(t, b), 2)}
-                                              for t in ("sse", "ws") for b in ("runner", "runner-memory")
-                                              if t in self.long and b in self.long},
+                                              for t, b in self.added_pairs()},
                           "loads": {s: load.as_json() for s, load in self.long_loads.items()},
                           "turn_ms": {s: [[_round(t * 1000 if t is not None else None, 2) for t in turns]
                                           for turns in rounds] for s, rounds in self.long.items()}},
