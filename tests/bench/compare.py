@@ -538,11 +538,16 @@ class Comparison:
         made, cpu = await self.clients(server, mode, clients, turns)
         load = await drive(made, turns, 1 if mode in ("fresh", "run-only") else chat_turns,
                            self.sizes.duration_s, cpu=cpu, load=Load(server, mode, clients))
-        if server in ("sse", "ws"):
-            self.gateway_chats += load.chats
-        log(f"  {server} {mode} x{clients}: {len(load.ok)} ok / {load.failed} failed, "
-            f"{_fmt(load.turns_per_s)} turns/s, p50 {_fmt(load.ms('total', 'p50'))} ms")
+        self._finished(load)
         return load
+
+    def _finished(self, load: Load, how: str = "") -> None:
+        """Counts the chats a finished load started on the gateway, and logs its line."""
+        if load.server in ("sse", "ws"):
+            self.gateway_chats += load.chats
+        log(f"  {load.server} {load.chats_mode} x{load.clients}{how}: {len(load.ok)} ok / {load.failed} failed, "
+            f"{_fmt(load.turns_per_s)} turns/s, p50 {_fmt(load.ms('total', 'p50'))} ms, "
+            f"first text p50 {_fmt(load.ms('ttft', 'p50'))} ms")
 
     async def warm(self) -> None:
         """A few turns on every server (ADK builds the agent's model and tools on the first run)."""
@@ -572,11 +577,8 @@ class Comparison:
             clients[server] = made[0]
         loads = {server: Load(server, mode, 1) for server in servers}
         await lockstep(clients, loads, turns, chat_turns, cpu, block=block, shift=shift)
-        for server, load in loads.items():
-            if server in ("sse", "ws"):
-                self.gateway_chats += load.chats
-            log(f"  {server} {mode} x1 (lock step, {block} turns a block): {len(load.ok)} ok / {load.failed} failed, "
-                f"p50 {_fmt(load.ms('total', 'p50'))} ms, first text p50 {_fmt(load.ms('ttft', 'p50'))} ms")
+        for load in loads.values():
+            self._finished(load, f" (lock step, {block} turns a block)")
         return loads
 
     async def run_first_text(self) -> None:
