@@ -18,7 +18,8 @@ round trip on the hot path). Redis is written *through* and read by *other* proc
   pipelining whatever accumulated while the previous write was in flight. The mirror never
   blocks the run: `append()` stays synchronous and in memory, the mirror catches up one round
   trip later. When the log closes, the mirror adds an end entry (`end=1`), marks the run closed
-  and gives its keys their retention TTL.
+  and gives its keys their retention TTL. A finished mirror is let go once its run is past
+  `retention_s`, by a sweep that a run's start makes at most once a second.
 - Bytes. The Redis stream is capped like the local log, by a running byte count: the mirror
   remembers the size of every entry still in it and, once they pass `max_bytes`, trims the
   oldest (`XTRIM MINID`, exact) down to the newest `max_bytes` (at least one entry), and flags
@@ -257,6 +258,7 @@ class RedisStreamStore:
         grace_s: float = 30.0,
         block_s: float = 5.0,
         prefix: str = "adk-gateway:stream",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.url = url
         self.retention_s = retention_s
@@ -266,8 +268,10 @@ class RedisStreamStore:
         self.block_s = block_s
         self.prefix = prefix
         self.redis: aioredis.Redis = aioredis.Redis.from_url(url, decode_responses=True)
-        self._local = MemoryStreamStore(retention_s=retention_s, max_bytes=max_bytes)
+        self.clock = clock  # the clock of `StreamLog.closed_at`
+        self._local = MemoryStreamStore(retention_s=retention_s, max_bytes=max_bytes, clock=clock)
         self._mirrors: dict[ChatKey, _Mirror] = {}
+        self._next_sweep = 0.0
         # Other processes' runs being read here, by (chat, run): concurrent resumes share one.
         self._remote: weakref.WeakValueDictionary[tuple[ChatKey, str], RemoteStreamLog] = (
             weakref.WeakValueDictionary()
@@ -428,7 +432,13 @@ class RedisStreamStore:
         return task
 
     def _sweep(self) -> None:
-        now = time.monotonic()
+        # At most once a second, as the local store sweeps its logs: a scan of every mirror on
+        # every run's start would cost each turn in proportion to the runs of the last
+        # `retention_s` (at 300 runs a second and the default 30 s, nine thousand).
+        now = self.clock()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + min(1.0, self.retention_s)
         stale = [
             key
             for key, mirror in self._mirrors.items()

@@ -170,6 +170,36 @@ async def test_lease_keeps_a_long_run_alive(stores: tuple[RedisStreamStore, Redi
     assert [chunk for _, chunk in await asyncio.wait_for(tail, 5)] == [{"type": "start"}, {"type": "finish"}]
 
 
+async def test_finished_mirrors_are_let_go_by_a_sweep_at_most_once_a_second(redis_url: str) -> None:
+    """A run's start sweeps the mirrors of finished runs past their retention, but not more often
+    than once a second: a scan of every mirror on every start would cost each turn in proportion
+    to the runs of the last `retention_s`."""
+    ahead = [0.0]  # how far the store's clock runs ahead of `StreamLog.closed_at`'s
+    writer = RedisStreamStore(redis_url, retention_s=10.0, max_bytes=2048, prefix=f"test:{uuid.uuid4().hex[:8]}",
+                              clock=lambda: time.monotonic() + ahead[0])
+
+    async def finished(chat: str) -> None:
+        log = StreamLog(key=("u", chat), max_bytes=writer.max_bytes)
+        writer.add(log)
+        log.append({"type": "start"})
+        log.close()
+        await asyncio.wait({m.task for m in writer._mirrors.values() if m.task is not None}, timeout=5)
+
+    try:
+        await finished("a")  # its start swept (nothing to let go); the next sweep is a second away
+        ahead[0] = 10.5  # "a" is past its retention, and so is every run finished from now on
+        await finished("b")
+        assert set(writer._mirrors) == {("u", "b")}
+        ahead[0] += 0.5  # within a second of the last sweep: "b" stays, though past its retention
+        await finished("c")
+        assert set(writer._mirrors) == {("u", "b"), ("u", "c")}
+        ahead[0] += 0.6
+        await finished("d")
+        assert set(writer._mirrors) == {("u", "d")}
+    finally:
+        await writer.aclose()
+
+
 async def test_overflow_and_retention(redis_url: str) -> None:
     prefix = f"test:{uuid.uuid4().hex[:8]}"
     writer = RedisStreamStore(redis_url, retention_s=0.3, max_bytes=2048, prefix=prefix)
