@@ -214,9 +214,9 @@ def load_table(rows: Sequence[Row]) -> str:
 
 @dataclass
 class Plan:
-    compare_turns: dict[int, int] = field(default_factory=lambda: {1: 300, 16: 960})  # clients -> turns
+    compare_turns: dict[int, int] = field(default_factory=lambda: {1: 100, 16: 320})  # clients -> turns
     chat_turns: int = 20  # turns of a reused chat in the side-by-side table
-    rounds: int = 2
+    rounds: int = 6  # rows alternated between rounds: the more rounds, the less a slow minute lands on one row
     long_turns: int = 200
     long_rounds: int = 4
     first_text_turns: int = 500  # per server and chats, in lock step at 1 client
