@@ -74,6 +74,7 @@ from gateway.core.approval import (
     ENDED_TEXT,
     TIMEOUT_TEXT,
     ApprovalRefused,
+    AwaitClient,
     HeldAnswer,
     Hold,
     LiveApproval,
@@ -513,7 +514,12 @@ class LiveSession:
 
     def answer_approval(self, approval_id: str, approved: bool, reason: str | None) -> None:
         """Answers a `tool-approval-request` of this session; raises `ApprovalRefused` otherwise."""
-        self._carry_out(self._book.answer(approval_id, approved, reason))
+        step = self._book.answer(approval_id, approved, reason)
+        if self.metrics is not None:
+            for resume in step.resumes:
+                if isinstance(resume.answer, LiveApproval) and resume.answer.decision is not None:
+                    self.metrics.approvals_answered.labels(decision=resume.answer.decision.value).inc()
+        self._carry_out(step)
 
     def tool_output(self, tool_call_id: str, output: Any = None, error_text: str | None = None) -> None:
         """The browser's result for a browser tool call; the book ignores one it does not expect."""
@@ -567,6 +573,9 @@ class LiveSession:
         for item in step.shown:
             if self._in_turn(item.tool_call_id, type(item).__name__):
                 self._turn.show(item)
+                # Counted as a chat run counts its questions: when the client is asked.
+                if isinstance(item, AwaitClient) and item.approval_id is not None and self.metrics is not None:
+                    self.metrics.approvals_issued.inc()
         for resume in step.resumes:
             future = self._waiting.pop(resume.tool_call_id, None)
             if future is not None and not future.done():

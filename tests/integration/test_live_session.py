@@ -24,6 +24,7 @@ from agents.tools import APPROVALS_STATE_KEY, PLUGIN_NAME, PermissionPlugin
 from gateway.core.approval import REJECTED_TEXT, ApprovalRefused, LiveApproval, permanently_denied_text
 from gateway.core.chunks import adapt_wire
 from gateway.core.pcm import PcmFormatError, chunk_bytes, duration_ms, tone
+from gateway.metrics import Metrics
 from gateway.services.live import ENDED_TEXT, TIMEOUT_TEXT, LiveSession
 from gateway.services.streams import Follower, FollowerOverrun, StreamLog
 from tests.audio import dominant_frequency
@@ -585,6 +586,31 @@ async def test_live_approval_denied_does_not_run_the_tool(harness: Harness) -> N
     assert not [w for w in turn if w["type"] == "tool-output-available"]
     assert text_of(turn) == f'process_payment -> {{"error":"{REJECTED_TEXT}"}}'
     assert harness.tool_calls == []
+    await live.stop()
+
+
+async def test_live_approvals_are_counted_as_a_chat_runs_are(harness: Harness) -> None:
+    metrics = Metrics()
+    live = harness.start(metrics=metrics)
+
+    def count(name: str, **labels: str) -> float:
+        return metrics.registry.get_sample_value(f"adk_gateway_{name}_total", labels) or 0.0
+
+    live.session.send_text(PAYMENT)
+    first = live.recorder.chunks[await live.recorder.until(is_type("tool-approval-request"))]
+    assert count("approvals_issued") == 1
+    live.session.answer_approval(first["approvalId"], True, None)
+    await live.recorder.turns(1)
+    with pytest.raises(ApprovalRefused):
+        live.session.answer_approval(first["approvalId"], True, None)  # a replay is not an answer
+
+    live.session.send_text(PAYMENT)
+    second_at = await live.recorder.until(is_type("tool-approval-request"), live.recorder.chunks.index(first) + 1)
+    live.session.answer_approval(live.recorder.chunks[second_at]["approvalId"], False, None)
+    await live.recorder.turns(2)
+    assert count("approvals_issued") == 2
+    assert count("approvals_answered", decision="allow-once") == 1
+    assert count("approvals_answered", decision="deny") == 1
     await live.stop()
 
 
