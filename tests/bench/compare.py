@@ -326,9 +326,18 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
-async def one_turn(client: Client, sample: Sample, new_chat: bool, timeout_s: float = TURN_TIMEOUT_S) -> None:
-    """One turn of `client` into `sample`: a failure is recorded in the sample (and the client's
-    connection closed), a cancellation marks it unfinished and propagates."""
+async def one_turn(client: Client, sample: Sample, load: Load, in_chat: int, chat_turns: int,
+                   timeout_s: float = TURN_TIMEOUT_S) -> int:
+    """One turn of `client` into `sample` (appended to `load`), in a new chat when the client has
+    none yet (`in_chat` is its turns in the current chat, 0 for none) or has run `chat_turns` in
+    it. Returns the client's turns in its chat after this one: 0 after a failed turn, so that the
+    next starts a new chat. A failure is recorded in the sample (and the client's connection
+    closed); a cancellation marks it unfinished and propagates."""
+    load.samples.append(sample)
+    new_chat = in_chat == 0 or in_chat >= chat_turns
+    if new_chat:
+        in_chat = 0
+        load.chats += 1
     try:
         async with asyncio.timeout(timeout_s):
             await client.turn(sample, new_chat)
@@ -340,6 +349,7 @@ async def one_turn(client: Client, sample: Sample, new_chat: bool, timeout_s: fl
         sample.error = "timeout" if isinstance(exc, TimeoutError) else type(exc).__name__
         sample.detail = str(exc)[:200]
         await client.close()
+    return in_chat + 1 if sample.ok else 0
 
 
 async def drive(clients: Sequence[Client], turns: int, chat_turns: int, duration_s: float,
@@ -360,15 +370,7 @@ async def drive(clients: Sequence[Client], turns: int, chat_turns: int, duration
         while issued < turns and time.perf_counter() < deadline:
             sample = Sample(index=issued, chat_id="")
             issued += 1
-            load.samples.append(sample)
-            new_chat = in_chat == 0 or in_chat >= chat_turns
-            if new_chat:
-                in_chat = 0
-                load.chats += 1
-            in_chat += 1
-            await one_turn(client, sample, new_chat, timeout_s)
-            if not sample.ok:
-                in_chat = 0
+            in_chat = await one_turn(client, sample, load, in_chat, chat_turns, timeout_s)
 
     tasks = [asyncio.create_task(work(c)) for c in clients]
     try:
@@ -412,22 +414,14 @@ async def lockstep(clients: Mapping[str, Client], loads: Mapping[str, Load], tur
             for name, k in ((n, k) for n in names[start:] + names[:start]
                             for k in range(first, min(first + block, turns))):
                 load = loads[name]
-                new_chat = in_chat[name] == 0 or in_chat[name] >= chat_turns
-                if new_chat:
-                    in_chat[name] = 0
-                    load.chats += 1
-                in_chat[name] += 1
-                sample = Sample(index=k, chat_id="")
-                load.samples.append(sample)
                 read = cpu.get(name)
                 cpu_before = read() if read is not None else None
                 began = time.perf_counter()
-                await one_turn(clients[name], sample, new_chat, timeout_s)
+                in_chat[name] = await one_turn(clients[name], Sample(index=k, chat_id=""), load, in_chat[name],
+                                               chat_turns, timeout_s)
                 load.elapsed_s += time.perf_counter() - began
                 if read is not None and cpu_before is not None:
                     load.cpu_s = (load.cpu_s or 0.0) + read() - cpu_before
-                if not sample.ok:
-                    in_chat[name] = 0
         for load in loads.values():
             load.stopped_by.append("turns")
     finally:
