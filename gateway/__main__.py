@@ -62,7 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         gc.freeze()
         # A process holding thousands of runs has a large heap of young objects that live as long
         # as a run: with Python's default thresholds the collector rescans them many times a
-        # second (see `--gc-thresholds`, BENCHMARKS.md "Soak").
+        # second (see `--gc-thresholds`; docs/perf/benchmark-history.md, "Where the slope comes
+        # from, and what the collector's thresholds do to it").
         if (thresholds := settings.gc_threshold_values()) is not None:
             gc.set_threshold(*thresholds)
         structlog.get_logger("gateway").info("listening", url=f"http://{settings.host}:{settings.port}")

@@ -65,9 +65,9 @@ Bounds (exit status 1 when one is broken; each is printed with its measured valu
   as RSS takes to level off after the ramp: until the gateway's collector has freed the reference
   cycles that the first answers, drops and the storm leave behind, which a middle collection does
   about two minutes after the ramp (measured: RSS flat from 146 s to the end of a 5-minute hold,
-  after rising until then; BENCHMARKS.md, "The soak's slope window"). Over a window that starts
-  earlier the slope measures that filling, not a leak. With a shorter hold the slope is printed
-  and the bound is marked SKIP.
+  after rising until then; docs/perf/benchmark-history.md, "The soak's slope window"). Over a
+  window that starts earlier the slope measures that filling, not a leak. With a shorter hold the
+  slope is printed and the bound is marked SKIP.
 - **expected cuts**: every slow reader is cut by the gateway with the documented reason before its
   drain ends.
 
@@ -887,9 +887,10 @@ class CollectorWatch:
     The driver times what it measures on its own event loop: a pause of its collector delays every
     read in flight and lands in their times as if the gateway had been slow. Holding 7,000 clients,
     Python's default thresholds made it run a full collection each time its heap grew by a quarter:
-    eight during the ramp, up to 0.28 s each (BENCHMARKS.md, "the soak's own pauses"). The ramp
-    therefore runs with the collector off (`paused`), and the clients it built are then frozen out of
-    the collector's generations; the pauses still taken (the hold's) are recorded and reported."""
+    eight during the ramp, up to 0.28 s each (docs/perf/benchmark-history.md, "The soak's own
+    pauses"). The ramp therefore runs with the collector off (`paused`), and the clients it built
+    are then frozen out of the collector's generations; the pauses still taken (the hold's) are
+    recorded and reported."""
 
     def __init__(self, soak: Soak, threshold_s: float = DRIVER_GC_PAUSE_MS / 1000) -> None:
         self.soak = soak
