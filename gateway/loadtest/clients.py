@@ -231,8 +231,9 @@ async def close_socket(ws: aiohttp.ClientWebSocketResponse | None) -> None:
                 await ws.close()
 
 
-def _closed_kind(ws: aiohttp.ClientWebSocketResponse, message: aiohttp.WSMessage) -> tuple[str, str] | None:
-    """The error of a frame that is not text, or None to skip it (a binary frame)."""
+def socket_ended(ws: aiohttp.ClientWebSocketResponse, message: aiohttp.WSMessage) -> tuple[str, str] | None:
+    """The error kind and detail of a frame that is not text and ends the socket (a close or an
+    error), or None for one to skip (a binary frame)."""
     if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
         return "ws_closed", f"close code {ws.close_code}"
     if message.type is aiohttp.WSMsgType.ERROR:
@@ -258,7 +259,7 @@ async def ws_request(
         while True:
             message = await ws.receive()
             if message.type is not aiohttp.WSMsgType.TEXT:
-                closed = _closed_kind(ws, message)
+                closed = socket_ended(ws, message)
                 if closed is None:
                     continue
                 sample.error, sample.detail = closed

@@ -37,6 +37,7 @@ from gateway.loadtest.clients import (
     answer_tools,
     classify,
     fold_chunks,
+    socket_ended,
     user_message,
 )
 from gateway.loadtest.config import LoadConfig
@@ -172,13 +173,10 @@ class _LiveReader:
         while True:
             message = await self.ws.receive()
             if message.type is not aiohttp.WSMsgType.TEXT:
-                if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
-                    sample.error, sample.detail = "ws_closed", f"close code {self.ws.close_code}"
-                    return
-                if message.type is aiohttp.WSMsgType.ERROR:
-                    sample.error, sample.detail = "ws_error", repr(self.ws.exception())[:200]
-                    return
-                continue
+                if (ended := socket_ended(self.ws, message)) is None:
+                    continue
+                sample.error, sample.detail = ended
+                return
             sample.bytes += len(message.data.encode("utf-8"))
             try:
                 frame = json.loads(message.data)

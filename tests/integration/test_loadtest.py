@@ -19,6 +19,7 @@ from typing import Any
 
 import jwt
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from agents.scripted_live import ScriptedLiveConnection
@@ -227,6 +228,24 @@ async def test_live_turns_from_a_wav_file(gateway: StartGateway, monkeypatch: py
     assert summary["live"]["first_audio_ms"]["count"] == 3
     assert summary["chunks"]["text_deltas_per_ok_request"] > 0
     await no_runs_left(client)
+
+
+async def test_a_live_session_the_server_closes_is_counted_as_closed(aiohttp_client: Any, wav: Path) -> None:
+    # A server that takes the live session's first frame and closes the socket with a code.
+    async def closing_socket(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.receive()
+        await ws.close(code=4000, message=b"gone")
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/api/chat/ws", closing_socket)
+    client = await aiohttp_client(app)
+    summary = await loadtest(client, "--transport", "ws", "--scenario", "live", "--wav", str(wav), "-n", "1",
+                             expect=1)
+    assert summary["errors"] == {"ws_closed": 1}
+    assert "close code 4000" in json.dumps(summary.get("error_examples"))
 
 
 # --- credentials -----------------------------------------------------------------------------------
