@@ -259,10 +259,9 @@ async def ws_request(
         while True:
             message = await ws.receive()
             if message.type is not aiohttp.WSMsgType.TEXT:
-                closed = socket_ended(ws, message)
-                if closed is None:
+                if (ended := socket_ended(ws, message)) is None:
                     continue
-                sample.error, sample.detail = closed
+                sample.error, sample.detail = ended
                 return
             sample.bytes += len(message.data.encode("utf-8"))
             try:
