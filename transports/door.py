@@ -13,6 +13,7 @@ middleware frame stays on its stack for the socket's life (docs/perf/memory-per-
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
@@ -140,6 +141,8 @@ def identity_of(request: web.Request) -> Identity:
 
 CORS_ALLOW_HEADERS = "content-type, x-user-id, x-ai-sdk-major, x-request-id, authorization, traceparent, tracestate"
 CORS_EXPOSE_HEADERS = "x-vercel-ai-ui-message-stream"
+_ALWAYS_ALLOWED = frozenset(CORS_ALLOW_HEADERS.split(", "))
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+")  # an HTTP token, lower-cased
 
 
 def cors_origin(request: web.Request) -> str | None:
@@ -164,12 +167,21 @@ def preflight(request: web.Request) -> web.Response | None:
             headers={
                 "Access-Control-Allow-Origin": origin,
                 "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
-                "Access-Control-Allow-Headers": CORS_ALLOW_HEADERS,
+                "Access-Control-Allow-Headers": _allowed_request_headers(request),
                 "Access-Control-Max-Age": "600",
-                "Vary": "Origin",
+                "Vary": "Origin, Access-Control-Request-Headers",
             },
         )
     return None
+
+
+def _allowed_request_headers(request: web.Request) -> str:
+    """The headers a preflight may send: the gateway's own, plus those this preflight asks for.
+    An app on an allowed origin may add headers of its own (the transports' `headers` option);
+    admitting the origin is the check, so its headers are not refused one by one."""
+    asked = (name.strip().lower() for name in request.headers.get("Access-Control-Request-Headers", "").split(","))
+    extra = [name for name in dict.fromkeys(asked) if name not in _ALWAYS_ALLOWED and _HEADER_NAME.fullmatch(name)]
+    return ", ".join([CORS_ALLOW_HEADERS, *extra])
 
 
 async def cors_headers(request: web.Request, response: web.StreamResponse) -> None:

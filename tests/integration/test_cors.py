@@ -40,6 +40,21 @@ async def test_allowed_origin_gets_preflight_and_stream_headers(aiohttp_client: 
     assert resume.headers["Access-Control-Allow-Origin"] == APP
 
 
+async def test_an_allowed_apps_own_headers_pass_the_preflight(aiohttp_client: Any) -> None:
+    # useChat's transports take extra `headers`: an app on an allowed origin may send its own.
+    client = await client_for(aiohttp_client, cors_origins=APP)
+    asked = "Content-Type, Authorization, X-Tenant, x-tenant, bad header"
+    preflight = await client.options("/api/chat", headers={**PREFLIGHT, "Access-Control-Request-Headers": asked})
+    assert preflight.status == 204
+    allowed = [name.strip() for name in preflight.headers["Access-Control-Allow-Headers"].split(",")]
+    assert {"content-type", "authorization", "x-ai-sdk-major", "x-tenant"} <= set(allowed)
+    assert allowed.count("x-tenant") == 1 and "bad header" not in allowed
+    assert "Access-Control-Request-Headers" in preflight.headers["Vary"]
+    other = await client.options("/api/chat", headers={**PREFLIGHT, "Origin": "https://evil.example",
+                                                       "Access-Control-Request-Headers": "x-tenant"})
+    assert other.status == 403 and "Access-Control-Allow-Headers" not in other.headers
+
+
 async def test_other_origins_get_no_cors(aiohttp_client: Any) -> None:
     client = await client_for(aiohttp_client, cors_origins=APP)
     preflight = await client.options("/api/chat", headers={**PREFLIGHT, "Origin": "https://evil.example"})
