@@ -3,6 +3,10 @@
 //
 //   node auth_page.mjs '{"url": "http://127.0.0.1:8080", "token": "<JWT of alice>", "user": "alice"}'
 //
+// With "pageUrl", the page is loaded from there instead (a copy of the built page on another
+// origin whose <meta name="adk-gateway-url"> names `url`): every step is the same, and every
+// /api/ request and socket must go to the gateway's origin, across CORS.
+//
 // Steps:
 //   1. the page loads: GET /api/me answers 401, the token form shows, the chat waits
 //   2. a wrong token: the form stays, with an error, and nothing is stored; axe-core checks the form
@@ -27,6 +31,8 @@ import { launchChromium } from './browser.mjs';
 
 const config = JSON.parse(process.argv[2] ?? '{}');
 const BASE_URL = String(config.url ?? 'http://127.0.0.1:8080').replace(/\/$/, '');
+const PAGE_URL = String(config.pageUrl ?? BASE_URL).replace(/\/$/, '');
+const PAGE_ORIGIN = new URL(PAGE_URL).origin;
 const TOKEN = String(config.token ?? '');
 const USER = String(config.user ?? 'alice');
 const SCREENSHOT_DIR = config.screenshotDir ?? path.resolve('screenshots');
@@ -55,7 +61,7 @@ function fail(/** @type {string} */ message) {
 /** Responses the scenario expects to be 401: `GET /api/me` always, `POST /api/chat` in step 7. */
 const expected401 = new Set(['GET /api/me']);
 /** Chat requests and WebSocket frames seen, with what identified them. */
-const seen = { chatPosts: [], stops: [], sockets: [], frames: [], unauthorized: [] };
+const seen = { chatPosts: [], stops: [], sockets: [], frames: [], unauthorized: [], apiOrigins: new Set() };
 
 function attachWatchers(/** @type {import('playwright-core').Page} */ page) {
   page.on('console', message => {
@@ -71,6 +77,7 @@ function attachWatchers(/** @type {import('playwright-core').Page} */ page) {
   page.on('request', request => {
     const url = new URL(request.url());
     const headers = request.headers();
+    if (url.pathname.startsWith('/api/')) seen.apiOrigins.add(url.origin);
     if (url.pathname === '/api/chat' && request.method() === 'POST') {
       seen.chatPosts.push({ authorization: headers.authorization ?? null });
     }
@@ -98,6 +105,7 @@ function attachWatchers(/** @type {import('playwright-core').Page} */ page) {
   });
   page.on('websocket', socket => {
     seen.sockets.push(socket.url());
+    seen.apiOrigins.add(new URL(socket.url()).origin.replace(/^ws/, 'http'));
     socket.on('framesent', frame => {
       if (typeof frame.payload === 'string') seen.frames.push(frame.payload);
     });
@@ -183,7 +191,7 @@ async function scenario(page) {
   const bearer = `Bearer ${TOKEN}`;
 
   // 1. The page asks for a token; the chat waits.
-  await page.goto(`${BASE_URL}/`, { waitUntil: 'domcontentloaded' });
+  await page.goto(`${PAGE_URL}/`, { waitUntil: 'domcontentloaded' });
   await page.getByTestId('auth-form').waitFor({ state: 'visible', timeout: STEP_TIMEOUT_MS });
   checks.formShown = true;
   checks.readyBeforeSignIn = (await page.getByTestId('input').count()) > 0;
@@ -264,7 +272,12 @@ async function scenario(page) {
     route.fulfill({
       status: 401,
       contentType: 'application/json',
-      headers: { 'WWW-Authenticate': 'Bearer realm="adk-gateway", error="invalid_token"' },
+      // As the gateway answers: readable by the page's origin when that is another one.
+      headers: {
+        'WWW-Authenticate': 'Bearer realm="adk-gateway", error="invalid_token"',
+        'Access-Control-Allow-Origin': PAGE_ORIGIN,
+        Vary: 'Origin',
+      },
       body: JSON.stringify({ error: { code: 'unauthorized', message: 'token expired' } }),
     }),
   );
@@ -317,6 +330,8 @@ try {
 }
 result.seconds = (Date.now() - started) / 1000;
 result.unauthorized = seen.unauthorized;
+result.pageOrigin = PAGE_ORIGIN;
+result.apiOrigins = [...seen.apiOrigins];
 result.ok = failures.length === 0;
 process.stdout.write(`${JSON.stringify(result)}\n`);
 process.exitCode = result.ok ? 0 : 1;

@@ -1,4 +1,5 @@
 import { DefaultChatTransport, WebSocketChatTransport } from 'ai';
+import { gatewaySocketUrl, gatewayUrl } from './gateway.js';
 
 /** Asks the gateway for `ai` 7's chunk set (e.g. `finishReason: "interrupted"` after "deny and stop"). */
 const AI_SDK_7 = { 'x-ai-sdk-major': '7' };
@@ -12,14 +13,14 @@ const AI_SDK_7 = { 'x-ai-sdk-major': '7' };
 export function createTransport(kind, { getToken, onUnauthorized }) {
   if (kind === 'ws') {
     return new WebSocketChatTransport({
-      url: '/api/chat/ws',
+      url: gatewaySocketUrl('/api/chat/ws').href,
       // Browsers cannot set handshake headers: the token goes in the URL.
       params: () => (getToken() ? { access_token: getToken() } : {}),
       headers: AI_SDK_7,
     });
   }
   return new DefaultChatTransport({
-    api: '/api/chat',
+    api: gatewayUrl('/api/chat'),
     headers: () => ({ ...AI_SDK_7, ...authorization(getToken()) }),
     fetch: async (input, init) => {
       const response = await fetch(input, init);
@@ -39,7 +40,7 @@ function authorization(token) {
  * WebSocket transport's `stop()` sends an `abort` frame, which is.
  */
 export async function stopRun(chatId, token) {
-  await fetch(`/api/chat/${encodeURIComponent(chatId)}/stop`, {
+  await fetch(gatewayUrl(`/api/chat/${encodeURIComponent(chatId)}/stop`), {
     method: 'POST',
     headers: { 'Content-Type': 'application/json', ...authorization(token) },
     body: '{}',
@@ -48,8 +49,7 @@ export async function stopRun(chatId, token) {
 
 /** The live extension's socket URL (same endpoint as the chat WebSocket). */
 export function liveSocketUrl(token) {
-  const url = new URL('/api/chat/ws', window.location.href);
-  url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+  const url = gatewaySocketUrl('/api/chat/ws');
   if (token) url.searchParams.set('access_token', token);
   return url.href;
 }

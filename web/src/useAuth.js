@@ -1,4 +1,5 @@
 import { useCallback, useEffect, useState } from 'react';
+import { gatewayUrl } from './gateway.js';
 
 const TOKEN_KEY = 'adk-gateway-token';
 
@@ -22,7 +23,7 @@ function storeToken(token) {
 /** GET /api/me: `{ok, user, auth}`, `{unauthorized, message}`, or `{}` when it cannot say. */
 async function whoAmI(token) {
   try {
-    const response = await fetch('/api/me', {
+    const response = await fetch(gatewayUrl('/api/me'), {
       headers: token ? { Authorization: `Bearer ${token}` } : {},
       cache: 'no-store',
     });
