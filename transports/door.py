@@ -162,16 +162,16 @@ def preflight(request: web.Request) -> web.Response | None:
         origin = cors_origin(request)
         if origin is None:
             return web.Response(status=403)
-        return web.Response(
-            status=204,
-            headers={
-                "Access-Control-Allow-Origin": origin,
-                "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
-                "Access-Control-Allow-Headers": _allowed_request_headers(request),
-                "Access-Control-Max-Age": "600",
-                "Vary": "Origin, Access-Control-Request-Headers",
-            },
-        )
+        headers = {
+            "Access-Control-Allow-Origin": origin,
+            "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+            "Access-Control-Allow-Headers": _allowed_request_headers(request),
+            "Access-Control-Max-Age": "600",
+            "Vary": "Origin, Access-Control-Request-Headers",
+        }
+        if origin != "*":
+            headers["Access-Control-Allow-Credentials"] = "true"
+        return web.Response(status=204, headers=headers)
     return None
 
 
@@ -191,5 +191,9 @@ async def cors_headers(request: web.Request, response: web.StreamResponse) -> No
         response.headers["Access-Control-Allow-Origin"] = origin
         response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSE_HEADERS
         response.headers["Vary"] = "Origin"
+        # A listed origin is trusted with credentials (an app's `credentials: 'include'`, cookies
+        # of a proxy's login); the wildcard never is, as browsers require.
+        if origin != "*":
+            response.headers["Access-Control-Allow-Credentials"] = "true"
 
 

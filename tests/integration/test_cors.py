@@ -34,6 +34,9 @@ async def test_allowed_origin_gets_preflight_and_stream_headers(aiohttp_client: 
     assert response.status == 200
     assert response.headers["Access-Control-Allow-Origin"] == APP
     assert response.headers["Vary"] == "Origin"
+    # A listed origin may send credentials (`credentials: 'include'`).
+    assert preflight.headers["Access-Control-Allow-Credentials"] == "true"
+    assert response.headers["Access-Control-Allow-Credentials"] == "true"
     assert "data: [DONE]" in await response.text()
     resume = await client.get("/api/chat/cors/stream", headers={"Origin": APP})
     assert resume.status == 204
@@ -79,3 +82,8 @@ async def test_wildcard(aiohttp_client: Any) -> None:
     client = await client_for(aiohttp_client, cors_origins="*")
     preflight = await client.options("/api/chat", headers=PREFLIGHT)
     assert preflight.headers["Access-Control-Allow-Origin"] == "*"
+    # The wildcard never admits credentials (browsers refuse `*` with them).
+    assert "Access-Control-Allow-Credentials" not in preflight.headers
+    response = await client.post("/api/chat", json=BODY, headers={"Origin": APP})
+    assert response.headers["Access-Control-Allow-Origin"] == "*"
+    assert "Access-Control-Allow-Credentials" not in response.headers
