@@ -162,17 +162,26 @@ def preflight(request: web.Request) -> web.Response | None:
         origin = cors_origin(request)
         if origin is None:
             return web.Response(status=403)
-        headers = {
-            "Access-Control-Allow-Origin": origin,
-            "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
-            "Access-Control-Allow-Headers": _allowed_request_headers(request),
-            "Access-Control-Max-Age": "600",
-            "Vary": "Origin, Access-Control-Request-Headers",
-        }
-        if origin != "*":
-            headers["Access-Control-Allow-Credentials"] = "true"
-        return web.Response(status=204, headers=headers)
+        return web.Response(
+            status=204,
+            headers={
+                **_origin_headers(origin),
+                "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+                "Access-Control-Allow-Headers": _allowed_request_headers(request),
+                "Access-Control-Max-Age": "600",
+                "Vary": "Origin, Access-Control-Request-Headers",
+            },
+        )
     return None
+
+
+def _origin_headers(origin: str) -> dict[str, str]:
+    """Who may read the answer. A listed origin is trusted with credentials (an app's
+    `credentials: 'include'`, cookies of a proxy's login); the wildcard never is, as browsers
+    require."""
+    if origin == "*":
+        return {"Access-Control-Allow-Origin": origin}
+    return {"Access-Control-Allow-Origin": origin, "Access-Control-Allow-Credentials": "true"}
 
 
 def _allowed_request_headers(request: web.Request) -> str:
@@ -188,12 +197,8 @@ async def cors_headers(request: web.Request, response: web.StreamResponse) -> No
     # on_response_prepare: also reaches streaming responses, whose headers go out before the body.
     origin = cors_origin(request)
     if origin is not None and "Access-Control-Allow-Origin" not in response.headers:
-        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers.update(_origin_headers(origin))
         response.headers["Access-Control-Expose-Headers"] = CORS_EXPOSE_HEADERS
         response.headers["Vary"] = "Origin"
-        # A listed origin is trusted with credentials (an app's `credentials: 'include'`, cookies
-        # of a proxy's login); the wildcard never is, as browsers require.
-        if origin != "*":
-            response.headers["Access-Control-Allow-Credentials"] = "true"
 
 
