@@ -785,6 +785,8 @@ class LiveStep:
     resumes: tuple[Resume, ...] = ()  # wake these waiters
     # For `hold`: the call is not held but answered at once; for `expire`: the waiter's answer.
     answer: HeldAnswer | None = None
+    # For `answer`: the user's decision, as a chat's `Continuation.decisions`.
+    decisions: tuple[Decision, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -907,7 +909,7 @@ class LiveBook:
         shown: tuple[Shown, ...] = ()
         if record.browser and decision.approved:
             shown = (RunInBrowser(record.tool_call_id, record.tool_name, self._inputs.get(record.tool_call_id)),)
-        return LiveStep(shown, (Resume(record.tool_call_id, LiveApproval.of(decision)),))
+        return LiveStep(shown, (Resume(record.tool_call_id, LiveApproval.of(decision)),), decisions=(decision,))
 
     def browser_output(self, tool_call_id: str, output: Any = None, error_text: str | None = None) -> LiveStep | None:
         result = browser_result(output, error_text)

@@ -516,9 +516,8 @@ class LiveSession:
         """Answers a `tool-approval-request` of this session; raises `ApprovalRefused` otherwise."""
         step = self._book.answer(approval_id, approved, reason)
         if self.metrics is not None:
-            for resume in step.resumes:
-                if isinstance(resume.answer, LiveApproval) and resume.answer.decision is not None:
-                    self.metrics.approvals_answered.labels(decision=resume.answer.decision.value).inc()
+            for decision in step.decisions:
+                self.metrics.approvals_answered.labels(decision=decision.value).inc()
         self._carry_out(step)
 
     def tool_output(self, tool_call_id: str, output: Any = None, error_text: str | None = None) -> None:

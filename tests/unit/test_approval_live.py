@@ -89,7 +89,7 @@ def test_an_answer_wakes_the_waiter(
     book = LiveBook()
     held_for_approval(book)
     step = book.answer("a1", approved, reason)
-    assert step == LiveStep(resumes=(Resume("c1", answer),))
+    assert step == LiveStep(resumes=(Resume("c1", answer),), decisions=(answer.decision,))
     assert answer.refusal() == refusal
     assert book.book.calls["c1"].state is CallState.APPROVAL_RESPONDED
     assert book.held("c1") is None
