@@ -479,6 +479,9 @@ async function runLive(page) {
   await page.getByTestId('voice-start').click();
   await page.locator('[data-testid="voice"][data-status="on"]').waitFor();
   await page.locator('[data-testid="mic-level"]').waitFor();
+  // The same output carries change_bgm's tune (about 1 s, from the WebSocket run just before):
+  // let it end, so that what the analyser hears next is the answer's tone alone.
+  await waitForSilence(page);
   {
     const { index, sound } = await speak(page, 50);
     live.sentMs = utteranceBytes() / 32; // PCM16 at 16 kHz: 32 bytes a millisecond
