@@ -19,7 +19,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,14 +231,47 @@ async def close_socket(ws: aiohttp.ClientWebSocketResponse | None) -> None:
                 await ws.close()
 
 
-def socket_ended(ws: aiohttp.ClientWebSocketResponse, message: aiohttp.WSMessage) -> tuple[str, str] | None:
-    """The error kind and detail of a frame that is not text and ends the socket (a close or an
-    error), or None for one to skip (a binary frame)."""
-    if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
-        return "ws_closed", f"close code {ws.close_code}"
-    if message.type is aiohttp.WSMsgType.ERROR:
-        return "ws_error", repr(ws.exception())[:200]
-    return None
+async def request_frames(
+    ws: aiohttp.ClientWebSocketResponse, sample: Sample, request_id: str
+) -> AsyncGenerator[Json, None]:
+    """The decoded frames of one request on a socket that may carry others, until the socket ends
+    (closed or failed: `sample` then says which). Binary frames and other requests' frames are
+    skipped; a frame that is not JSON is recorded as `bad_json` and skipped. Every text frame's
+    bytes count toward the sample."""
+    while True:
+        message = await ws.receive()
+        if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED):
+            sample.error, sample.detail = "ws_closed", f"close code {ws.close_code}"
+            return
+        if message.type is aiohttp.WSMsgType.ERROR:
+            sample.error, sample.detail = "ws_error", repr(ws.exception())[:200]
+            return
+        if message.type is not aiohttp.WSMsgType.TEXT:
+            continue
+        sample.bytes += len(message.data.encode("utf-8"))
+        try:
+            frame = orjson.loads(message.data)
+        except orjson.JSONDecodeError:
+            sample.error, sample.detail = "bad_json", message.data[:200]
+            continue
+        if isinstance(frame, dict) and frame.get("requestId") in (request_id, None):
+            yield frame
+
+
+def request_over(frame: Json, tracker: Tracker) -> bool:
+    """Whether `frame` ends its request: `end` (the answer is complete), or `error` and `no-active`
+    (the sample records them as errors)."""
+    kind = frame.get("type")
+    if kind == "end":
+        tracker.done = True
+    elif kind == "error":
+        tracker.sample.error = f"ws_error_{frame.get('code') or 'frame'}"
+        tracker.sample.detail = str(frame.get("errorText", ""))[:200]
+    elif kind == "no-active":
+        tracker.sample.error = "ws_no_active"
+    else:
+        return False
+    return True
 
 
 async def ws_request(
@@ -253,40 +286,17 @@ async def ws_request(
     """Sends one `send` frame on an open socket and reads its frames until `end` or `error`."""
     started = time.perf_counter() if started is None else started
     tracker = Tracker(sample, started, abort_after, keep)
-    request_id = frame["requestId"]
     try:
         await ws.send_str(orjson.dumps(frame).decode())
-        while True:
-            message = await ws.receive()
-            if message.type is not aiohttp.WSMsgType.TEXT:
-                if (ended := socket_ended(ws, message)) is None:
-                    continue
-                sample.error, sample.detail = ended
-                return
-            sample.bytes += len(message.data.encode("utf-8"))
-            try:
-                data = orjson.loads(message.data)
-            except orjson.JSONDecodeError:
-                sample.error, sample.detail = "bad_json", message.data[:200]
-                continue
-            if data.get("requestId") not in (request_id, None):
-                continue
-            kind = data.get("type")
-            if kind == "chunk":
-                if tracker.chunk(data.get("chunk")):
-                    sample.aborted = True
-                    await ws.close()
+        async with contextlib.aclosing(request_frames(ws, sample, frame["requestId"])) as frames:
+            async for data in frames:
+                if data.get("type") == "chunk":
+                    if tracker.chunk(data.get("chunk")):
+                        sample.aborted = True
+                        await ws.close()
+                        return
+                elif request_over(data, tracker):
                     return
-            elif kind == "end":
-                tracker.done = True
-                return
-            elif kind == "error":
-                sample.error = f"ws_error_{data.get('code') or 'frame'}"
-                sample.detail = str(data.get("errorText", ""))[:200]
-                return
-            elif kind == "no-active":
-                sample.error = "ws_no_active"
-                return
     finally:
         tracker.end()
 

@@ -37,7 +37,8 @@ from gateway.loadtest.clients import (
     answer_tools,
     classify,
     fold_chunks,
-    socket_ended,
+    request_frames,
+    request_over,
     user_message,
 )
 from gateway.loadtest.config import LoadConfig
@@ -169,34 +170,15 @@ class _LiveReader:
             self.finished.set()
 
     async def _read(self) -> None:
-        sample, tracker = self.sample, self.tracker
-        while True:
-            message = await self.ws.receive()
-            if message.type is not aiohttp.WSMsgType.TEXT:
-                if (ended := socket_ended(self.ws, message)) is None:
-                    continue
-                sample.error, sample.detail = ended
-                return
-            sample.bytes += len(message.data.encode("utf-8"))
-            try:
-                frame = json.loads(message.data)
-            except json.JSONDecodeError:
-                sample.error, sample.detail = "bad_json", message.data[:200]
-                continue
-            if frame.get("requestId") not in (self.request_id, None):
-                continue
-            kind = frame.get("type")
-            if kind == "start":
-                self.started.set()
-            elif kind == "chunk":
-                self._chunk(frame.get("chunk"))
-            elif kind == "end":
-                tracker.done = True
-                return
-            elif kind == "error":
-                sample.error = f"ws_error_{frame.get('code') or 'frame'}"
-                sample.detail = str(frame.get("errorText", ""))[:200]
-                return
+        async with contextlib.aclosing(request_frames(self.ws, self.sample, self.request_id)) as frames:
+            async for frame in frames:
+                kind = frame.get("type")
+                if kind == "start":
+                    self.started.set()
+                elif kind == "chunk":
+                    self._chunk(frame.get("chunk"))
+                elif request_over(frame, self.tracker):
+                    return
 
     def _chunk(self, chunk: Any) -> None:
         self.tracker.chunk(chunk)
