@@ -21,6 +21,18 @@ class Metrics:
             "adk_gateway_run_seconds", "Agent run duration",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60), registry=r,
         )
+        self.live_sessions_started = Counter(
+            "adk_gateway_live_sessions_started", "Live (audio) sessions started", registry=r
+        )
+        self.live_sessions_finished = Counter(
+            "adk_gateway_live_sessions_finished",
+            "Live sessions ended: ok (stopped by the client or ended by the agent), stopped (a disconnect, "
+            "a chat stop or shutdown), error", ["outcome"], registry=r,
+        )
+        self.live_session_seconds = Histogram(
+            "adk_gateway_live_session_seconds", "Live session duration",
+            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600), registry=r,
+        )
         self.approvals_issued = Counter("adk_gateway_approvals_issued", "Approvals asked", registry=r)
         self.sessions_rebuilt = Counter(
             "adk_gateway_sessions_rebuilt",

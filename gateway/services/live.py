@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -182,10 +183,20 @@ async def start_live(
         raise
 
     async def body() -> None:
+        # Counted apart from chat runs (`adk_gateway_runs_*`): a session lasts minutes and has
+        # turns of its own, so summed with chat runs it would skew their rates and durations.
+        started = time.monotonic()
+        service.metrics.live_sessions_started.inc()
+        outcome = "stopped"  # unless it returns or fails: cancelled by a disconnect, a stop, shutdown
         try:
             await session.run(deliver)
+            outcome = "ok"
         except Exception as exc:
+            outcome = "error"
             log.exception("live_failed", chat_id=chat_id, error=repr(exc))
+        finally:
+            service.metrics.live_sessions_finished.labels(outcome=outcome).inc()
+            service.metrics.live_session_seconds.observe(time.monotonic() - started)
 
     service.registry.start(run, body())
     return LiveHandle(session, run)

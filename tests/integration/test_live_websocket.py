@@ -17,6 +17,7 @@ from agents.scripted_live import ScriptedLiveConnection
 from gateway.app import make_app
 from gateway.config import Settings
 from gateway.core.pcm import chunk_bytes, duration_ms, tone
+from gateway.keys import SERVICE
 from tests.audio import dominant_frequency
 
 Frame = dict[str, Any]
@@ -98,6 +99,39 @@ async def test_a_spoken_turn_over_the_socket(make_client: MakeClient) -> None:
     await socket.ws.send_json({"type": "live-stop", "requestId": "live"})
     assert await socket.until(lambda f: f["type"] in ("end", "error")) == {"type": "end", "requestId": "live"}
     await socket.ws.close()
+
+
+async def test_live_sessions_are_counted_apart_from_chat_runs(make_client: MakeClient) -> None:
+    client = await make_client()
+    metrics = client.app[SERVICE].metrics
+
+    def value(name: str, **labels: str) -> float:
+        return metrics.registry.get_sample_value(f"adk_gateway_{name}", labels) or 0.0
+
+    socket = await open_live(client)
+    await socket.ws.send_json({"type": "live-text", "requestId": "live", "text": "/echo counted"})
+    await socket.until(chunk_type("finish"))
+    assert value("live_sessions_started_total") == 1
+    assert value("live_sessions_finished_total", outcome="ok") == 0
+    await socket.ws.send_json({"type": "live-stop", "requestId": "live"})
+    await socket.until(lambda f: f["type"] == "end")
+    async with asyncio.timeout(WAIT_S):
+        while value("live_sessions_finished_total", outcome="ok") < 1:
+            await asyncio.sleep(0.01)
+    assert value("live_session_seconds_count") == 1
+
+    # A session whose socket goes away is ended as stopped.
+    await socket.ws.send_json({"type": "live-start", "requestId": "again", "id": "chat-live"})
+    assert await socket.until(lambda f: f["type"] in ("start", "error")) == {"type": "start", "requestId": "again"}
+    await socket.ws.close()
+    async with asyncio.timeout(WAIT_S):
+        while value("live_sessions_finished_total", outcome="stopped") < 1:
+            await asyncio.sleep(0.01)
+    assert value("live_sessions_started_total") == 2
+    assert value("live_session_seconds_count") == 2
+    # Chat runs' counters are the chat runs' alone.
+    assert value("runs_started_total") == 0
+    assert value("runs_finished_total", outcome="ok") == 0
 
 
 async def test_live_approval_and_barge_in_over_the_socket(make_client: MakeClient) -> None:
