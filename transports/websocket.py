@@ -513,8 +513,10 @@ class SocketSession:
             approval_timeout_s=self.settings.approval_timeout_s,
         )
         try:
-            live = await start_live(self.service, self.conn, user_id=ctx.user_id, chat_id=frame.id,
-                                    options=options, deliver=deliver_live, app=frame.app)
+            # As a `send` frame's run: the session starts inside the frame's span.
+            with frame_span("chat live-start", frame.headers, **{"gateway.request_id": request_id}):
+                live = await start_live(self.service, self.conn, user_id=ctx.user_id, chat_id=frame.id,
+                                        options=options, deliver=deliver_live, app=frame.app)
         except GatewayError as exc:
             # Over `--max-live-sessions` too: an `error` frame `overloaded` for this request, not a
             # 1013 close, which would also end every other request on the socket.

@@ -76,6 +76,7 @@ from gateway.core.requests import (
 from gateway.metrics import Metrics
 from gateway.services.registry import ChatRun, Connection, Registry
 from gateway.services.streams import ChatKey, StreamLog, StreamStore
+from gateway.tracing import run_span
 
 __all__ = ["ChatService", "RequestContext"]
 
@@ -289,6 +290,7 @@ class ChatService:
         structlog.contextvars.bind_contextvars(chat_id=chat_id, request_id=ctx.request_id)
         started = time.monotonic()
         outcome = "ok"
+        span = run_span("chat run", chat_id, **{"gateway.request_id": ctx.request_id})
         try:
             for call_id in plan.awaiting_client:
                 converter.await_client(call_id)
@@ -354,6 +356,8 @@ class ChatService:
             log.info("run_finished", user_id=ctx.user_id, chat_id=chat_id, outcome=outcome,
                      duration_ms=round(elapsed * 1000, 1), detached=run.detached, usage=converter.usage)
             structlog.contextvars.unbind_contextvars("chat_id", "request_id")
+            if span is not None:
+                span.end(outcome)
 
     def _convert(
         self,

@@ -92,6 +92,7 @@ from gateway.core.resample import Resampler
 from gateway.core.vad import EnergyVad, VadEventKind
 from gateway.metrics import Metrics
 from gateway.services.streams import StreamLog
+from gateway.tracing import run_span
 
 if TYPE_CHECKING:
     from gateway.services.chat import ChatService
@@ -187,6 +188,7 @@ async def start_live(
         # turns of its own, so summed with chat runs it would skew their rates and durations.
         started = time.monotonic()
         service.metrics.live_sessions_started.inc()
+        span = run_span("live session", chat_id)
         outcome = "stopped"  # unless it returns or fails: cancelled by a disconnect, a stop, shutdown
         try:
             await session.run(deliver)
@@ -197,6 +199,8 @@ async def start_live(
         finally:
             service.metrics.live_sessions_finished.labels(outcome=outcome).inc()
             service.metrics.live_session_seconds.observe(time.monotonic() - started)
+            if span is not None:
+                span.end(outcome)
 
     service.registry.start(run, body())
     return LiveHandle(session, run)
