@@ -11,7 +11,8 @@ not even added). An embedding program may install its own provider before `make_
 With a provider, `server_spans` (a middleware) opens one server span per HTTP request whose parent
 is the request's `traceparent` (W3C trace context, CORS allows the header). A WebSocket is one long
 request, so each `send` and `live-start` frame gets its own span (`frame_span`), parented by the
-frame's own `traceparent` header (ai 7's `WebSocketChatTransport` sends the transport's `headers` in the frame).
+frame's own `traceparent` header (ai 7's `WebSocketChatTransport` sends the transport's `headers`
+in the frame).
 A run is a task started inside that span, so it inherits it. The run opens a span of its own
 (`run_span`: `chat run` for a chat's turn, `live session` for a live session, started by its
 `live-start` frame's span) with the chat's id, current in the run's task for the run's whole life:
@@ -109,7 +110,8 @@ class RunSpan:
         self._token = otel_context.attach(trace.set_span_in_context(self._span))
 
     def end(self, outcome: str) -> None:
-        """Ends the span with the run's outcome (the `outcome` of `adk_gateway_runs_finished`)."""
+        """Ends the span with the run's outcome, the `outcome` label its metrics count it under
+        (`adk_gateway_runs_finished`, `adk_gateway_live_sessions_finished`)."""
         self._span.set_attribute("gateway.run.outcome", outcome)
         if outcome not in _NOT_FAILED:
             self._span.set_status(trace.StatusCode.ERROR, outcome)
