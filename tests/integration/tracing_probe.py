@@ -1,9 +1,10 @@
 """Runs one traced chat against an in-process gateway and prints the finished spans as JSON lines.
 
 A process sets its tracer provider once, and ADK's tracers bind to the first one they see, so the
-tracing test runs this in a subprocess: `python -m tests.integration.tracing_probe sse|ws|live [TEXT]`. The
-provider is the SDK's with an in-memory exporter, installed before the app is made (as a program
-embedding the gateway installs its own).
+tracing test runs this in a subprocess: `python -m tests.integration.tracing_probe sse|ws|live [TEXT]`
+(TEXT: the user's message, by default a weather tool call). The provider is the SDK's with an
+in-memory exporter, installed before the app is made (as a program embedding the gateway installs
+its own).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ async def chat(client: TestClient[Any, Any], transport: str, text: str) -> str:
     if transport == "sse":
         response = await client.post("/api/chat?access_token=secret-in-query", headers={"traceparent": TRACEPARENT},
                                      json={"id": "chat-traced", "messages": messages})
-        text = await response.text()
-        return "end" if response.status == 200 and "[DONE]" in text else f"status {response.status}"
+        answer = await response.text()
+        return "end" if response.status == 200 and "[DONE]" in answer else f"status {response.status}"
     async with client.ws_connect("/api/chat/ws?access_token=secret-in-query") as ws:
         if transport == "live":
             await ws.send_json({"type": "live-start", "requestId": "l1", "headers": {"traceparent": TRACEPARENT},
