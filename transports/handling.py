@@ -49,7 +49,7 @@ async def read_chat_request(raw: bytes | bytearray, settings: Settings) -> ChatR
     if len(raw) > settings.max_body_bytes:
         raise PayloadTooLarge()
     try:
-        data = await jsonparse.loads_async(raw, max_depth=settings.max_json_depth)
+        data = await jsonparse.loads_request_async(raw, max_depth=settings.max_json_depth)
     except jsonparse.JsonRejected as exc:
         raise BadRequest(exc.message, code="invalid_json", detail=exc.reason) from None
     if not isinstance(data, dict):

@@ -295,7 +295,7 @@ class SocketSession:
 
     async def _on_text(self, data: str) -> None:
         try:
-            raw = await jsonparse.loads_async(data, max_depth=self.settings.max_json_depth)
+            raw = await jsonparse.loads_request_async(data, max_depth=self.settings.max_json_depth)
         except jsonparse.JsonRejected as exc:
             if exc.reason == "depth":
                 await self._bad_frame(None, exc.message, "invalid_json", "too_deep")

@@ -12,6 +12,17 @@ request body or a `send` frame) contributes only its last message here. The earl
 never read unless the chat is imported or rebuilt from them, and `gateway.core.requests` checks their
 depth then (`validated_history`): a turn costs what is new in the history, not its length.
 
+`loads_request` goes one step further for a request body or a frame: its top-level `messages`
+list is not even built. msgspec scans the document (checking its syntax) and hands back each
+message as the bytes the client sent (`msgspec.Raw`, no copy); orjson parses the other fields and
+the last message, and a `PostedMessage` holds each message's bytes and, once parsed, its value. The
+earlier messages are parsed only when used (`PostedMessage.value`), and the chat's fingerprint is
+taken over their bytes as sent (`gateway.core.requests.history_digest`). msgspec's scan of what it
+skips is laxer than orjson (it lets invalid UTF-8 or an infinite number through inside a string or
+number it does not decode), so the bytes of a message are trusted only once orjson has parsed them,
+on this turn or, for a history the session already ran, on the turn that recorded their fingerprint.
+A document that is not an object with a non-empty `messages` list is parsed whole, as by `loads`.
+
 Large inputs: orjson itself is fast (about 10 ms per MiB, holding the GIL, so a worker thread
 would not free the loop), but the depth walk is Python and costs about 40 ms per MiB.
 `loads_async` walks in slices of a few milliseconds and lets the loop run between them. Slicing on
@@ -25,14 +36,30 @@ import time
 from collections.abc import Iterator
 from typing import Any, Final
 
+import msgspec
 import orjson
 
-__all__ = ["SLICE_S", "JsonRejected", "depth_exceeds", "depth_exceeds_async", "loads", "loads_async", "too_deep"]
+__all__ = [
+    "SLICE_S",
+    "JsonRejected",
+    "PostedMessage",
+    "depth_exceeds",
+    "depth_exceeds_async",
+    "loads",
+    "loads_async",
+    "loads_request",
+    "loads_request_async",
+    "too_deep",
+]
 
 # Longest stretch of CPU work on the event loop before it is given back (seconds).
 SLICE_S: Final = 0.004
 # Inputs up to this size are checked in one go (well under one slice).
 SMALL_BYTES: Final = 32 * 1024
+# A request's top-level fields, and its `messages` list, each value kept as the client's bytes.
+_FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_ITEMS: Final = msgspec.json.Decoder(list[msgspec.Raw])
+_UNPARSED: Final = object()
 
 
 class JsonRejected(ValueError):
@@ -42,6 +69,36 @@ class JsonRejected(ValueError):
         super().__init__(message)
         self.reason = reason
         self.message = message
+
+
+class PostedMessage:
+    """One message of a posted history as the client sent it: its bytes (`raw`) and, once parsed,
+    its value. Equal to another when their bytes are equal."""
+
+    __slots__ = ("_value", "raw")
+
+    def __init__(self, raw: msgspec.Raw, value: Any = _UNPARSED) -> None:
+        self.raw = raw
+        self._value = value
+
+    @property
+    def value(self) -> Any:
+        """The message, parsed on first use (orjson; no depth bound beyond orjson's own).
+
+        Raises:
+            JsonRejected: the bytes are not JSON that orjson accepts.
+        """
+        if self._value is _UNPARSED:
+            self._value = _parse(memoryview(self.raw), 0)
+        return self._value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PostedMessage) and bytes(self.raw) == bytes(other.raw)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable (parsed on first use), compared by bytes
+
+    def __repr__(self) -> str:
+        return f"PostedMessage({bytes(self.raw)[:60]!r})"
 
 
 def _roots(value: Any, level: int) -> list[tuple[Any, int]]:
@@ -89,12 +146,12 @@ def too_deep(max_depth: int) -> JsonRejected:
     return JsonRejected("depth", f"The JSON is nested more than {max_depth} levels deep.")
 
 
-async def depth_exceeds_async(value: Any, max_depth: int) -> bool:
+async def depth_exceeds_async(value: Any, max_depth: int, *, level: int = 1) -> bool:
     """`depth_exceeds`, giving the loop back every `SLICE_S`."""
     if not _is_container(value):
         return False
     started = time.perf_counter()
-    for index, exceeded in enumerate(_walk(value, max_depth)):
+    for index, exceeded in enumerate(_walk(value, max_depth, level)):
         if exceeded:
             return True
         if index % 512 == 511 and time.perf_counter() - started > SLICE_S:
@@ -104,6 +161,7 @@ async def depth_exceeds_async(value: Any, max_depth: int) -> bool:
 
 
 def _parse(raw: bytes | bytearray | memoryview | str, max_depth: int) -> Any:
+    # max_depth only names the bound in the refusal of a document deeper than orjson's own.
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -136,4 +194,64 @@ async def loads_async(raw: bytes | bytearray | str, *, max_depth: int) -> Any:
     value = _parse(raw, max_depth)
     if await depth_exceeds_async(value, max_depth):
         raise too_deep(max_depth)
+    return value
+
+
+def _split_request(raw: bytes | bytearray | str, max_depth: int) -> tuple[dict[str, Any], Any] | None:
+    """A request whose top level is an object with a non-empty `messages` list: its fields with
+    `messages` as `PostedMessage`s, the last one parsed, and that last value; None for any other
+    document (or one msgspec refuses), which is then parsed whole."""
+    try:
+        fields = _FIELDS.decode(raw)
+        listed = fields.get("messages")
+        items = _ITEMS.decode(listed) if listed is not None else None
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return None
+    if not items:
+        return None
+    last = _parse(memoryview(items[-1]), max_depth)
+    messages = [PostedMessage(item) for item in items[:-1]]
+    messages.append(PostedMessage(items[-1], last))
+    value = {key: messages if key == "messages" else _parse(memoryview(field), max_depth)
+             for key, field in fields.items()}
+    return value, last
+
+
+def _request_roots(value: dict[str, Any], last: Any) -> Iterator[tuple[Any, int]]:
+    """What `loads_request` walks for depth: the fields but `messages` (depth 1), the last message (3)."""
+    yield {k: v for k, v in value.items() if k != "messages"}, 1
+    yield last, 3
+
+
+def loads_request(raw: bytes | bytearray | str, *, max_depth: int) -> Any:
+    """A request body or a frame, with a top-level `messages` list of `PostedMessage`s (see the
+    module docstring); any other document as `loads` parses it.
+
+    Raises:
+        JsonRejected: not UTF-8, not JSON, or nested deeper than `max_depth`.
+    """
+    split = _split_request(raw, max_depth)
+    if split is None:
+        return loads(raw, max_depth=max_depth)
+    value, last = split
+    if any(depth_exceeds(root, max_depth, level=level) for root, level in _request_roots(value, last)):
+        raise too_deep(max_depth)
+    return value
+
+
+async def loads_request_async(raw: bytes | bytearray | str, *, max_depth: int) -> Any:
+    """`loads_request` for inputs of any size: what is walked for depth is walked in slices.
+
+    Raises:
+        JsonRejected: not UTF-8, not JSON, or nested deeper than `max_depth`.
+    """
+    if len(raw) <= SMALL_BYTES:
+        return loads_request(raw, max_depth=max_depth)
+    split = _split_request(raw, max_depth)
+    if split is None:
+        return await loads_async(raw, max_depth=max_depth)
+    value, last = split
+    for root, level in _request_roots(value, last):
+        if await depth_exceeds_async(root, max_depth, level=level):
+            raise too_deep(max_depth)
     return value

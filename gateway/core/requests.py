@@ -8,13 +8,15 @@ A posted history costs what is new in it, not its length
 ----------------------------------------------------------
 `useChat` posts the whole history on every turn, and a session already holds every message but the
 last. So a request (`ChatRequest`, or a `send` frame) validates its *last* message in full — the one
-the turn acts on — and of the others only what a plain loop can check without building anything:
-each is an object with a string `id`, a known `role` and a `parts` list. The rest of an earlier
-message is read only if it is used: `validated_history()` validates (and depth-checks) the earlier
-messages when a chat is imported or rebuilt from them, and `history_digest()` fingerprints a
-history so the chat service can tell, with one serialisation in C, whether the posted messages
-still begin with the ones its session ran (see `gateway.services.chat`). `gateway.core.jsonparse` leaves the
-earlier messages' depth to `validated_history()` for the same reason.
+the turn acts on — and the others only when they are used. As the transports parse them
+(`gateway.core.jsonparse.loads_request`), the earlier messages are `PostedMessage`s: the bytes the
+client sent, not parsed. `history_digest()` fingerprints a history over those bytes, so the chat
+service can tell, with one pass of a hash, whether the posted messages still begin with the ones
+its session ran (see `gateway.services.chat`); `checked_heads()` parses the messages after those
+and checks that each is an object with a string `id`, a known `role` and a `parts` list; and
+`validated_history()` parses, depth-checks and validates every earlier message when a chat is
+imported or rebuilt from them. An earlier message given as a value (a body parsed whole) gets the
+head check when the request is validated, as a plain loop that builds nothing.
 
 A history longer than a few thousand messages (only with a raised `--max-history-messages`) is
 checked a batch at a time, giving the event loop back between batches.
@@ -28,6 +30,7 @@ import time
 from collections.abc import Sequence
 from typing import Annotated, Any, Final, Literal
 
+import msgspec
 import orjson
 from pydantic import (
     BaseModel,
@@ -41,7 +44,7 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.core.jsonparse import SLICE_S, depth_exceeds, too_deep
+from gateway.core.jsonparse import SLICE_S, PostedMessage, depth_exceeds, too_deep
 
 __all__ = [
     "AbortFrame",
@@ -53,6 +56,7 @@ __all__ = [
     "ToolPart",
     "UIMessage",
     "ValidationError",
+    "checked_heads",
     "describe",
     "history_digest",
     "history_digests",
@@ -178,22 +182,34 @@ def _relocated(exc: ValidationError, prefix: tuple[str | int, ...]) -> Validatio
     return ValidationError.from_exception_data(exc.title, errors)
 
 
+def _check_head(message: Any, index: int) -> None:
+    """Raises `ValidationError`, located at `messages.<index>`, unless `message` is an object with
+    an id, a role and a parts list."""
+    if not _head_ok(message):
+        try:
+            MessageHead.model_validate(message)
+        except ValidationError as exc:
+            raise _relocated(exc, ("messages", index)) from None
+
+
 def _check_heads(messages: Any, start: int = 0, stop: int | None = None) -> None:
-    """Raises `ValidationError`, located at `messages.<index>`, for the first message in
-    `messages[start:stop]` that is not an object with an id, a role and a parts list."""
+    """`_check_head` for each message in `messages[start:stop]` given as a value; messages as
+    posted (`PostedMessage`) are checked when they are parsed (see the module docstring)."""
     if not isinstance(messages, list):
         return  # the field's own type check reports it
     for index in range(start, len(messages) if stop is None else min(stop, len(messages))):
-        if not _head_ok(messages[index]):
-            try:
-                MessageHead.model_validate(messages[index])
-            except ValidationError as exc:
-                raise _relocated(exc, ("messages", index)) from None
+        if type(messages[index]) is not PostedMessage:
+            _check_head(messages[index], index)
+
+
+def _value(message: Any) -> Any:
+    """A posted message's value, parsed now if it came as bytes (JsonRejected when they are not JSON)."""
+    return message.value if type(message) is PostedMessage else message
 
 
 def _validated_message(messages: Sequence[Any], index: int) -> UIMessage:
     try:
-        return UIMessage.model_validate(messages[index])
+        return UIMessage.model_validate(_value(messages[index]))
     except ValidationError as exc:
         raise _relocated(exc, ("messages", index)) from None
 
@@ -418,7 +434,7 @@ async def validated_history(messages: Sequence[Any], *, max_depth: int) -> list[
     validated: list[UIMessage] = []
     started = time.perf_counter()
     for index in range(len(messages)):
-        if depth_exceeds(messages[index], max_depth, level=3):  # body > messages > message
+        if depth_exceeds(_value(messages[index]), max_depth, level=3):  # body > messages > message
             raise too_deep(max_depth)
         validated.append(_validated_message(messages, index))
         if time.perf_counter() - started > SLICE_S:
@@ -427,38 +443,57 @@ async def validated_history(messages: Sequence[Any], *, max_depth: int) -> list[
     return validated
 
 
+def checked_heads(messages: Sequence[Any], start: int) -> list[Any]:
+    """The values of `messages[start:]`, each checked to be an object with an id, a role and a
+    parts list: the messages a turn adds to what its session ran.
+
+    Raises:
+        ValidationError: a message is no such object (located at `messages.<index>`).
+        JsonRejected: a message's bytes are not JSON.
+    """
+    values = []
+    for index in range(start, len(messages)):
+        value = _value(messages[index])
+        _check_head(value, index)
+        values.append(value)
+    return values
+
+
+def _serialised(messages: Sequence[Any]) -> list[bytes | msgspec.Raw]:
+    """Each message's bytes: as posted, or serialised (orjson.JSONEncodeError past orjson's depth)."""
+    return [m.raw if type(m) is PostedMessage else orjson.dumps(m) for m in messages]
+
+
 def history_digests(messages: Sequence[Any], count: int) -> tuple[str, str]:
-    """`history_digest(messages[:count])` and `history_digest(messages)` with one serialisation
-    of the whole list and one pass of the hash over it: the first `count` messages' bytes are the
-    whole list's, less the serialised rest (usually the last one or two messages)."""
+    """`history_digest(messages[:count])` and `history_digest(messages)` with one pass of the hash
+    over the messages' bytes: the prefix's hash is copied on the way."""
     try:
-        data = orjson.dumps(messages)
-        rest = orjson.dumps(messages[count:]) if 0 < count < len(messages) else b""
+        parts = _serialised(messages)
     except orjson.JSONEncodeError:
         return (history_digest(messages[:count]), "")
-    # data = "[" P "," R "]" and rest = "[" R "]": the prefix's serialisation is "[" P "]".
-    if count <= 0:
-        cut = 1  # "[": the empty list's "[]"
-    elif count >= len(messages):
-        cut = len(data) - 1  # all of it
-    else:
-        cut = len(data) - len(rest)  # less "," R "]", which is as long as "[" R "]"
-    digest = hashlib.blake2b(memoryview(data)[:cut], digest_size=16)
+    count = max(0, min(count, len(parts)))
+    digest = hashlib.blake2b(b"[", digest_size=16)
+    digest.update(b",".join(parts[:count]))
     prefix = digest.copy()
     prefix.update(b"]")
-    digest.update(memoryview(data)[cut:])
+    if count < len(parts):
+        digest.update(b"," if count else b"")
+        digest.update(b",".join(parts[count:]))
+    digest.update(b"]")
     return prefix.hexdigest(), digest.hexdigest()
 
 
 def history_digest(messages: Sequence[Any]) -> str:
-    """A fingerprint of posted messages as the client sent them (one serialisation, in C): equal
-    for a client that posts the same messages again. "" for messages that cannot be serialised
-    (nested past orjson's limit), which then match nothing."""
+    """A fingerprint of posted messages as the client sent them: a hash of the JSON list of their
+    bytes as posted (a message given as a value is serialised, in C, as orjson writes it; for the
+    compact JSON browsers send, that is the same bytes). Equal for a client that posts the same
+    messages again. "" for a value that cannot be serialised (nested past orjson's limit), which then
+    matches nothing."""
     try:
-        data = orjson.dumps(messages)
+        parts = _serialised(messages)
     except orjson.JSONEncodeError:
         return ""
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return hashlib.blake2b(b"[" + b",".join(parts) + b"]", digest_size=16).hexdigest()
 
 
 def describe(exc: ValidationError) -> str:

@@ -13,7 +13,8 @@ or replayed approval, a continuation with nothing new) is refused with a status 
   from the last turn are abandoned. The session's state keeps how many posted messages it has
   run and their `history_digest`; a history that begins with exactly those, followed only by the
   assistant's answers, is in sync, and nothing of it but the last message is validated or
-  converted (a turn costs what is new, not the chat's length). Anything else — an edited or
+  converted, and nothing of what the session ran is even parsed (a turn costs what is new, not
+  the chat's length). Anything else — an edited or
   removed message, a user message the session never ran, a regenerate — rebuilds the session
   from the posted history.
 - last message from the assistant: a continuation of that message. The chat's `ApprovalBook`
@@ -36,10 +37,11 @@ the run fails or is stopped — so a client that answers an approval it received
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -69,6 +71,7 @@ from gateway.core.requests import (
     ChatRequest,
     UIMessage,
     ValidationError,
+    checked_heads,
     describe,
     history_digests,
     validated_history,
@@ -196,7 +199,8 @@ class ChatService:
         # One serialisation of the posted messages gives both fingerprints: of those the session
         # says it ran (to check them) and of all of them (for the state this turn records).
         ran_digest, posted_digest = history_digests(request.messages, synced[0] if synced else 0)
-        in_sync = request.trigger != "regenerate-message" and _continues(earlier, synced, ran_digest)
+        with _refusing_bad_history():
+            in_sync = request.trigger != "regenerate-message" and _continues(earlier, synced, ran_digest)
         if session is None or not in_sync:
             if session is not None:
                 reason = "regenerate" if request.trigger == "regenerate-message" else "diverged"
@@ -219,12 +223,8 @@ class ChatService:
 
     async def _validated(self, earlier: list[Any]) -> list[UIMessage]:
         """The earlier messages a chat is imported or rebuilt from, validated in full."""
-        try:
+        with _refusing_bad_history():
             return await validated_history(earlier, max_depth=self.max_json_depth)
-        except ValidationError as exc:
-            raise BadRequest(describe(exc), code="invalid_body") from None
-        except JsonRejected as exc:
-            raise BadRequest(exc.message, code="invalid_json", detail=exc.reason) from None
 
     async def _plan_continuation(
         self, host: AgentHost, request: ChatRequest, ctx: RequestContext, last: UIMessage
@@ -444,16 +444,28 @@ def _synced(state: Any) -> tuple[int, str] | None:
     return None
 
 
+@contextlib.contextmanager
+def _refusing_bad_history() -> Iterator[None]:
+    """An earlier message that is not JSON, or not a message, refuses the request (400)."""
+    try:
+        yield
+    except ValidationError as exc:
+        raise BadRequest(describe(exc), code="invalid_body") from None
+    except JsonRejected as exc:
+        raise BadRequest(exc.message, code="invalid_json", detail=exc.reason) from None
+
+
 def _continues(earlier: list[Any], synced: tuple[int, str] | None, ran_digest: str) -> bool:
     """True when the posted messages before the last begin with the ones the session has run
     (`synced`: their count and digest; `ran_digest`: the `history_digest` of that many posted
-    messages) and add only the assistant's answers to them."""
+    messages) and add only the assistant's answers to them, which are parsed and checked here
+    (ValidationError, JsonRejected: see `checked_heads`)."""
     if synced is None:
         return not earlier  # a session with no history of ours: in sync only with none posted
     count, digest = synced
     if not 0 < count <= len(earlier) or not ran_digest or ran_digest != digest:
         return False
-    return all(message.get("role") == "assistant" for message in earlier[count:])
+    return all(message.get("role") == "assistant" for message in checked_heads(earlier, count))
 
 
 def _gateway_error(exc: BaseException) -> GatewayError | None:

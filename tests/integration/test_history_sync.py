@@ -4,6 +4,7 @@ history rebuilds the session from what was posted (the client's history is the t
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -145,6 +146,52 @@ async def test_a_bad_head_anywhere_is_refused_with_its_location(gateway: StartGa
     reply = await post_chat(client, chat_body("heads", history))
     assert reply.status == 400
     assert "messages.1.role" in reply.body["error"]["message"]  # type: ignore[index]
+
+
+async def test_a_client_that_writes_its_json_its_own_way_stays_in_sync(gateway: StartGateway) -> None:
+    """The fingerprint is over the bytes as posted: a client that always indents its JSON (not
+    what orjson would write) continues its session like any other."""
+    client, imports = await start(gateway)
+    chat = Conversation(client)
+    for turn in range(4):
+        chat.messages.append(user_message(f"/echo turn {turn}"))
+        reply = await post_chat(client, json.dumps(chat_body(chat.chat_id, chat.messages), indent=2), headers=JSON)
+        assert reply.status == 200 and reply.text == f"turn {turn}"
+        chat.messages.append({"id": f"answer-{turn}", "role": "assistant",
+                              "parts": [{"type": "text", "text": reply.text}]})
+    assert imports.resets == 1 and imports.imported == []
+    assert await model_view(client, chat) == posted_view(chat.messages)
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+def posted_with(messages: list[dict[str, Any]], index: int, raw: bytes, chat_id: str) -> bytes:
+    """A body of `messages` whose message at `index` is replaced by the bytes `raw`."""
+    encoded = [json.dumps(m).encode() for m in messages]
+    encoded[index] = raw
+    return b'{"id": ' + json.dumps(chat_id).encode() + b', "messages": [' + b", ".join(encoded) + b"]}"
+
+
+@pytest.mark.parametrize("chat_state", ["new chat", "chat in sync"])
+async def test_an_earlier_message_that_is_not_json_is_refused_when_read(gateway: StartGateway,
+                                                                         chat_state: str) -> None:
+    """An earlier message's bytes are not parsed with the body; those the session has not run are
+    parsed, and refused as the body would be, before anything runs."""
+    client, imports = await start(gateway)
+    chat = Conversation(client)
+    if chat_state == "chat in sync":
+        await chat.send("/echo one")
+    history = [*chat.messages, {"id": "a-bad"}, user_message("/echo two")]
+    # An answer with a byte that is not UTF-8 in its text (0xff).
+    bad = b'{"id": "a-bad", "role": "assistant", "parts": [{"type": "text", "text": "\xff"}]}'
+    reply = await post_chat(client, posted_with(history, len(history) - 2, bad, chat.chat_id), headers=JSON)
+    assert reply.status == 400 and reply.body["error"]["code"] == "invalid_json", reply.body  # type: ignore[index]
+    assert imports.imported == []
+    # The same answer as valid JSON is taken.
+    good = bad.replace(b"\xff", b"?")
+    reply = await post_chat(client, posted_with(history, len(history) - 2, good, chat.chat_id), headers=JSON)
+    assert reply.status == 200 and reply.text == "two", reply.body
 
 
 # Operations a client may apply to its history between two turns.
