@@ -15,8 +15,8 @@ depth then (`validated_history`): a turn costs what is new in the history, not i
 `loads_request` goes one step further for a request body or a frame: its top-level `messages`
 list is not even built. msgspec scans the document (checking its syntax) and hands back each
 message as the bytes the client sent (`msgspec.Raw`, no copy); orjson parses the other fields and
-the last message, and a `PostedMessage` holds each message's bytes and, once parsed, its value. The
-earlier messages are parsed only when used (`PostedMessage.value`), and the chat's fingerprint is
+the last message, which becomes a `PostedMessage` (its bytes and its value). The earlier messages
+stay `msgspec.Raw` and are parsed only when used (`parse_posted`), and the chat's fingerprint is
 taken over their bytes as sent (`gateway.core.requests.history_digest`). msgspec's scan of what it
 skips is laxer than orjson (it lets invalid UTF-8 or an infinite number through inside a string or
 number it does not decode), so the bytes of a message are trusted only once orjson has parsed them,
@@ -49,6 +49,7 @@ __all__ = [
     "loads_async",
     "loads_request",
     "loads_request_async",
+    "parse_posted",
     "too_deep",
 ]
 
@@ -59,7 +60,6 @@ SMALL_BYTES: Final = 32 * 1024
 # A request's top-level fields, and its `messages` list, each value kept as the client's bytes.
 _FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ITEMS: Final = msgspec.json.Decoder(list[msgspec.Raw])
-_UNPARSED: Final = object()
 
 
 class JsonRejected(ValueError):
@@ -72,33 +72,30 @@ class JsonRejected(ValueError):
 
 
 class PostedMessage:
-    """One message of a posted history as the client sent it: its bytes (`raw`) and, once parsed,
-    its value. Equal to another when their bytes are equal."""
+    """The last message of a posted history: the bytes the client sent (`raw`) and their value."""
 
-    __slots__ = ("_value", "raw")
+    __slots__ = ("raw", "value")
 
-    def __init__(self, raw: msgspec.Raw, value: Any = _UNPARSED) -> None:
+    def __init__(self, raw: msgspec.Raw, value: Any) -> None:
         self.raw = raw
-        self._value = value
-
-    @property
-    def value(self) -> Any:
-        """The message, parsed on first use (orjson; no depth bound beyond orjson's own).
-
-        Raises:
-            JsonRejected: the bytes are not JSON that orjson accepts.
-        """
-        if self._value is _UNPARSED:
-            self._value = _parse(memoryview(self.raw), 0)
-        return self._value
+        self.value = value
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, PostedMessage) and bytes(self.raw) == bytes(other.raw)
+        return isinstance(other, PostedMessage) and self.raw == other.raw
 
-    __hash__ = None  # type: ignore[assignment]  # mutable (parsed on first use), compared by bytes
+    __hash__ = None  # type: ignore[assignment]  # compared by its bytes, like msgspec.Raw
 
     def __repr__(self) -> str:
         return f"PostedMessage({bytes(self.raw)[:60]!r})"
+
+
+def parse_posted(raw: msgspec.Raw) -> Any:
+    """An earlier message kept as posted, parsed now (orjson; no depth bound beyond orjson's own).
+
+    Raises:
+        JsonRejected: the bytes are not JSON that orjson accepts.
+    """
+    return _parse(memoryview(raw), 0)
 
 
 def _roots(value: Any, level: int) -> list[tuple[Any, int]]:
@@ -198,9 +195,10 @@ async def loads_async(raw: bytes | bytearray | str, *, max_depth: int) -> Any:
 
 
 def _split_request(raw: bytes | bytearray | str, max_depth: int) -> tuple[dict[str, Any], Any] | None:
-    """A request whose top level is an object with a non-empty `messages` list: its fields with
-    `messages` as `PostedMessage`s, the last one parsed, and that last value; None for any other
-    document (or one msgspec refuses), which is then parsed whole."""
+    """A request whose top level is an object with a non-empty `messages` list: its fields, with
+    `messages` as the messages' bytes (`msgspec.Raw`) but for the last one (a `PostedMessage`), and
+    that last one's value; None for any other document (or one msgspec refuses), which is then
+    parsed whole."""
     try:
         fields = _FIELDS.decode(raw)
         listed = fields.get("messages")
@@ -210,9 +208,8 @@ def _split_request(raw: bytes | bytearray | str, max_depth: int) -> tuple[dict[s
     if not items:
         return None
     last = _parse(memoryview(items[-1]), max_depth)
-    messages = [PostedMessage(item) for item in items[:-1]]
-    messages.append(PostedMessage(items[-1], last))
-    value = {key: messages if key == "messages" else _parse(memoryview(field), max_depth)
+    items[-1] = PostedMessage(items[-1], last)  # type: ignore[call-overload]  # the list holds both
+    value = {key: items if key == "messages" else _parse(memoryview(field), max_depth)
              for key, field in fields.items()}
     return value, last
 
@@ -224,8 +221,8 @@ def _request_roots(value: dict[str, Any], last: Any) -> Iterator[tuple[Any, int]
 
 
 def loads_request(raw: bytes | bytearray | str, *, max_depth: int) -> Any:
-    """A request body or a frame, with a top-level `messages` list of `PostedMessage`s (see the
-    module docstring); any other document as `loads` parses it.
+    """A request body or a frame, with a top-level `messages` list kept as posted (see the module
+    docstring); any other document as `loads` parses it.
 
     Raises:
         JsonRejected: not UTF-8, not JSON, or nested deeper than `max_depth`.

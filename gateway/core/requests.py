@@ -9,8 +9,8 @@ A posted history costs what is new in it, not its length
 `useChat` posts the whole history on every turn, and a session already holds every message but the
 last. So a request (`ChatRequest`, or a `send` frame) validates its *last* message in full — the one
 the turn acts on — and the others only when they are used. As the transports parse them
-(`gateway.core.jsonparse.loads_request`), the earlier messages are `PostedMessage`s: the bytes the
-client sent, not parsed. `history_digest()` fingerprints a history over those bytes, so the chat
+(`gateway.core.jsonparse.loads_request`), the earlier messages are the bytes the client sent
+(`msgspec.Raw`), not parsed. `history_digest()` fingerprints a history over those bytes, so the chat
 service can tell, with one pass of a hash, whether the posted messages still begin with the ones
 its session ran (see `gateway.services.chat`); `checked_heads()` parses the messages after those
 and checks that each is an object with a string `id`, a known `role` and a `parts` list; and
@@ -44,7 +44,7 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.core.jsonparse import SLICE_S, PostedMessage, depth_exceeds, too_deep
+from gateway.core.jsonparse import SLICE_S, PostedMessage, depth_exceeds, parse_posted, too_deep
 
 __all__ = [
     "AbortFrame",
@@ -193,18 +193,22 @@ def _check_head(message: Any, index: int) -> None:
 
 
 def _check_heads(messages: Any, start: int = 0, stop: int | None = None) -> None:
-    """`_check_head` for each message in `messages[start:stop]` given as a value; messages as
-    posted (`PostedMessage`) are checked when they are parsed (see the module docstring)."""
+    """`_check_head` for each message in `messages[start:stop]` given as a value; messages kept as
+    posted are checked when they are parsed (see the module docstring)."""
     if not isinstance(messages, list):
         return  # the field's own type check reports it
     for index in range(start, len(messages) if stop is None else min(stop, len(messages))):
-        if type(messages[index]) is not PostedMessage:
-            _check_head(messages[index], index)
+        message = messages[index]
+        if type(message) is not msgspec.Raw and type(message) is not PostedMessage:
+            _check_head(message, index)
 
 
 def _value(message: Any) -> Any:
     """A posted message's value, parsed now if it came as bytes (JsonRejected when they are not JSON)."""
-    return message.value if type(message) is PostedMessage else message
+    kind = type(message)
+    if kind is msgspec.Raw:
+        return parse_posted(message)
+    return message.value if kind is PostedMessage else message
 
 
 def _validated_message(messages: Sequence[Any], index: int) -> UIMessage:
@@ -461,7 +465,8 @@ def checked_heads(messages: Sequence[Any], start: int) -> list[Any]:
 
 def _serialised(messages: Sequence[Any]) -> list[bytes | msgspec.Raw]:
     """Each message's bytes: as posted, or serialised (orjson.JSONEncodeError past orjson's depth)."""
-    return [m.raw if type(m) is PostedMessage else orjson.dumps(m) for m in messages]
+    return [m if type(m) is msgspec.Raw else m.raw if type(m) is PostedMessage else orjson.dumps(m)
+            for m in messages]
 
 
 def history_digests(messages: Sequence[Any], count: int) -> tuple[str, str]:

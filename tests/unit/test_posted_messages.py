@@ -1,12 +1,13 @@
 """Unit tests for a request's history kept as the bytes the client sent
-(`gateway.core.jsonparse.loads_request`, `PostedMessage`) and the fingerprints taken over them
-(`gateway.core.requests.history_digest`)."""
+(`gateway.core.jsonparse.loads_request`: `msgspec.Raw`, and a `PostedMessage` for the last one) and
+the fingerprints taken over them (`gateway.core.requests.history_digest`)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 from hypothesis import given
@@ -19,6 +20,7 @@ from gateway.core.jsonparse import (
     loads,
     loads_request,
     loads_request_async,
+    parse_posted,
 )
 from gateway.core.requests import (
     ChatRequest,
@@ -38,12 +40,23 @@ def message(index: int, text: str = "hi") -> dict[str, Any]:
 
 
 def resolved(value: Any) -> Any:
-    """`value` with every `PostedMessage` replaced by its parsed value."""
+    """`value` with every message kept as posted replaced by its parsed value."""
     if isinstance(value, dict):
         return {k: resolved(v) for k, v in value.items()}
     if isinstance(value, list):
         return [resolved(v) for v in value]
+    if isinstance(value, msgspec.Raw):
+        return parse_posted(value)
     return value.value if isinstance(value, PostedMessage) else value
+
+
+def as_posted(messages: list[Any]) -> bool:
+    """The earlier messages are bytes, the last one a `PostedMessage`."""
+    return all(type(m) is msgspec.Raw for m in messages[:-1]) and type(messages[-1]) is PostedMessage
+
+
+def posted_bytes(message: Any) -> bytes:
+    return bytes(message.raw if isinstance(message, PostedMessage) else message)
 
 
 json_values = st.recursive(
@@ -61,14 +74,14 @@ bodies = st.fixed_dictionaries(
 def test_a_request_reads_as_the_same_value_as_a_whole_parse(body: dict[str, Any], pretty: bool) -> None:
     raw = json.dumps(body, indent=1 if pretty else None).encode()
     parsed = loads_request(raw, max_depth=64)
-    assert all(isinstance(m, PostedMessage) for m in parsed["messages"])
+    assert as_posted(parsed["messages"])
     assert resolved(parsed) == loads(raw, max_depth=64)
 
 
 def test_each_message_keeps_the_bytes_the_client_sent() -> None:
     raw = b'{"id": "c", "messages": [ {"id":"m0", "role":"user",\n "parts":[]} ,{"id":"m1","role":"user","parts":[]}]}'
     messages = loads_request(raw, max_depth=64)["messages"]
-    assert [bytes(m.raw) for m in messages] == [b'{"id":"m0", "role":"user",\n "parts":[]}',
+    assert [posted_bytes(m) for m in messages] == [b'{"id":"m0", "role":"user",\n "parts":[]}',
                                                 b'{"id":"m1","role":"user","parts":[]}']
     assert loads_request(raw.decode(), max_depth=64)["messages"] == messages  # a WebSocket text frame
 
@@ -101,7 +114,7 @@ def deep(levels: int) -> Any:
 
 def test_depth_is_checked_on_the_fields_and_the_last_message_only() -> None:
     earlier_deep = {"id": "c", "messages": [{**message(0), "metadata": deep(30)}, message(1)]}
-    assert loads_request(json.dumps(earlier_deep), max_depth=16)["messages"][0].value["metadata"] == deep(30)
+    assert parse_posted(loads_request(json.dumps(earlier_deep), max_depth=16)["messages"][0])["metadata"] == deep(30)
     for body in ({"id": "c", "messages": [message(0), {**message(1), "metadata": deep(30)}]},
                  {"id": "c", "messages": [message(0)], "extra": deep(30)}):
         with pytest.raises(JsonRejected) as refused:
@@ -128,7 +141,7 @@ def test_an_earlier_message_is_parsed_only_when_used() -> None:
           + orjson.dumps(message(1)) + b"]}"
     parsed = loads_request(raw, max_depth=64)
     with pytest.raises(JsonRejected):
-        _ = parsed["messages"][0].value
+        parse_posted(parsed["messages"][0])
 
 
 async def test_a_posted_history_validates_what_is_used() -> None:
@@ -150,7 +163,7 @@ async def test_a_send_frame_keeps_its_posted_messages() -> None:
     frame = {"type": "send", "requestId": "r", "id": "c", "messages": [message(0), message(1), message(2)]}
     parsed = await validate_frame(loads_request(json.dumps(frame), max_depth=64))
     request = parsed.chat_request()  # type: ignore[union-attr]
-    assert all(isinstance(m, PostedMessage) for m in request.messages) and request.last.id == "m2"
+    assert as_posted(request.messages) and request.last.id == "m2"
 
 
 @given(st.lists(json_values, max_size=8), st.integers(min_value=-1, max_value=10))
