@@ -40,6 +40,7 @@ import msgspec
 import orjson
 
 __all__ = [
+    "ORJSON_MAX_DEPTH",
     "SLICE_S",
     "JsonRejected",
     "PostedMessage",
@@ -57,6 +58,8 @@ __all__ = [
 SLICE_S: Final = 0.004
 # Inputs up to this size are checked in one go (well under one slice).
 SMALL_BYTES: Final = 32 * 1024
+# orjson's own bound on nesting, past which it refuses a document.
+ORJSON_MAX_DEPTH: Final = 1024
 # A request's top-level fields, and its `messages` list, each value kept as the client's bytes.
 _FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _ITEMS: Final = msgspec.json.Decoder(list[msgspec.Raw])
@@ -95,7 +98,7 @@ def parse_posted(raw: msgspec.Raw) -> Any:
     Raises:
         JsonRejected: the bytes are not JSON that orjson accepts.
     """
-    return _parse(memoryview(raw), 0)
+    return _parse(memoryview(raw), ORJSON_MAX_DEPTH)
 
 
 def _roots(value: Any, level: int) -> list[tuple[Any, int]]:

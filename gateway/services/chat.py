@@ -14,9 +14,8 @@ or replayed approval, a continuation with nothing new) is refused with a status 
   run and their `history_digest`; a history that begins with exactly those, followed only by the
   assistant's answers, is in sync, and nothing of it but the last message is validated or
   converted, and nothing of what the session ran is even parsed (a turn costs what is new, not
-  the chat's length). Anything else — an edited or
-  removed message, a user message the session never ran, a regenerate — rebuilds the session
-  from the posted history.
+  the chat's length). Anything else — an edited or removed message, a user message the session
+  never ran, a regenerate — rebuilds the session from the posted history.
 - last message from the assistant: a continuation of that message. The chat's `ApprovalBook`
   (gateway.core.approval, the one authority on approvals) checks every approval and browser tool
   output in it and says what each leads to: what the client is shown first (an outcome, or a
@@ -196,8 +195,8 @@ class ChatService:
         synced = _synced(session.state.get(HISTORY_STATE_KEY)) if session is not None else None
         # The client's history is the truth: an unknown chat imports it; a regenerate, an edited
         # message or any other divergence from the turns this session ran rebuilds the session.
-        # One serialisation of the posted messages gives both fingerprints: of those the session
-        # says it ran (to check them) and of all of them (for the state this turn records).
+        # One pass of the hash over the posted messages' bytes gives both fingerprints: of those
+        # the session says it ran (to check them) and of all of them (for the state this turn records).
         ran_digest, posted_digest = history_digests(request.messages, synced[0] if synced else 0)
         with _refusing_bad_history():
             in_sync = request.trigger != "regenerate-message" and _continues(earlier, synced, ran_digest)
