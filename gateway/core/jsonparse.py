@@ -197,11 +197,10 @@ async def loads_async(raw: bytes | bytearray | str, *, max_depth: int) -> Any:
     return value
 
 
-def _split_request(raw: bytes | bytearray | str, max_depth: int) -> tuple[dict[str, Any], Any] | None:
+def _split_request(raw: bytes | bytearray | str, max_depth: int) -> dict[str, Any] | None:
     """A request whose top level is an object with a non-empty `messages` list: its fields, with
-    `messages` as the messages' bytes (`msgspec.Raw`) but for the last one (a `PostedMessage`), and
-    that last one's value; None for any other document (or one msgspec refuses), which is then
-    parsed whole."""
+    `messages` as the messages' bytes (`msgspec.Raw`) but for the last one (a `PostedMessage`);
+    None for any other document (or one msgspec refuses), which is then parsed whole."""
     try:
         fields = _FIELDS.decode(raw)
         listed = fields.get("messages")
@@ -210,17 +209,15 @@ def _split_request(raw: bytes | bytearray | str, max_depth: int) -> tuple[dict[s
         return None
     if not items:
         return None
-    last = _parse(memoryview(items[-1]), max_depth)
-    items[-1] = PostedMessage(items[-1], last)  # type: ignore[call-overload]  # the list holds both
-    value = {key: items if key == "messages" else _parse(memoryview(field), max_depth)
-             for key, field in fields.items()}
-    return value, last
+    items[-1] = PostedMessage(items[-1], _parse(memoryview(items[-1]), max_depth))  # type: ignore[call-overload]
+    return {key: items if key == "messages" else _parse(memoryview(field), max_depth)
+            for key, field in fields.items()}
 
 
-def _request_roots(value: dict[str, Any], last: Any) -> Iterator[tuple[Any, int]]:
+def _request_roots(value: dict[str, Any]) -> Iterator[tuple[Any, int]]:
     """What `loads_request` walks for depth: the fields but `messages` (depth 1), the last message (3)."""
     yield {k: v for k, v in value.items() if k != "messages"}, 1
-    yield last, 3
+    yield value["messages"][-1].value, 3
 
 
 def loads_request(raw: bytes | bytearray | str, *, max_depth: int) -> Any:
@@ -230,11 +227,10 @@ def loads_request(raw: bytes | bytearray | str, *, max_depth: int) -> Any:
     Raises:
         JsonRejected: not UTF-8, not JSON, or nested deeper than `max_depth`.
     """
-    split = _split_request(raw, max_depth)
-    if split is None:
+    value = _split_request(raw, max_depth)
+    if value is None:
         return loads(raw, max_depth=max_depth)
-    value, last = split
-    if any(depth_exceeds(root, max_depth, level=level) for root, level in _request_roots(value, last)):
+    if any(depth_exceeds(root, max_depth, level=level) for root, level in _request_roots(value)):
         raise too_deep(max_depth)
     return value
 
@@ -247,11 +243,10 @@ async def loads_request_async(raw: bytes | bytearray | str, *, max_depth: int) -
     """
     if len(raw) <= SMALL_BYTES:
         return loads_request(raw, max_depth=max_depth)
-    split = _split_request(raw, max_depth)
-    if split is None:
+    value = _split_request(raw, max_depth)
+    if value is None:
         return await loads_async(raw, max_depth=max_depth)
-    value, last = split
-    for root, level in _request_roots(value, last):
+    for root, level in _request_roots(value):
         if await depth_exceeds_async(root, max_depth, level=level):
             raise too_deep(max_depth)
     return value
