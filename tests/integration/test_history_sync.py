@@ -148,6 +148,16 @@ async def test_a_bad_head_anywhere_is_refused_with_its_location(gateway: StartGa
     assert "messages.1.role" in reply.body["error"]["message"]  # type: ignore[index]
 
 
+JSON = {"Content-Type": "application/json"}
+
+
+def posted_with(messages: list[dict[str, Any]], index: int, raw: bytes, chat_id: str) -> bytes:
+    """A body of `messages` whose message at `index` is replaced by the bytes `raw`."""
+    encoded = [json.dumps(m).encode() for m in messages]
+    encoded[index] = raw
+    return b'{"id": ' + json.dumps(chat_id).encode() + b', "messages": [' + b", ".join(encoded) + b"]}"
+
+
 async def test_a_client_that_writes_its_json_its_own_way_stays_in_sync(gateway: StartGateway) -> None:
     """The fingerprint is over the bytes as posted: a client that always indents its JSON (not
     what orjson would write) continues its session like any other."""
@@ -161,16 +171,6 @@ async def test_a_client_that_writes_its_json_its_own_way_stays_in_sync(gateway: 
                               "parts": [{"type": "text", "text": reply.text}]})
     assert imports.resets == 1 and imports.imported == []
     assert await model_view(client, chat) == posted_view(chat.messages)
-
-
-JSON = {"Content-Type": "application/json"}
-
-
-def posted_with(messages: list[dict[str, Any]], index: int, raw: bytes, chat_id: str) -> bytes:
-    """A body of `messages` whose message at `index` is replaced by the bytes `raw`."""
-    encoded = [json.dumps(m).encode() for m in messages]
-    encoded[index] = raw
-    return b'{"id": ' + json.dumps(chat_id).encode() + b', "messages": [' + b", ".join(encoded) + b"]}"
 
 
 @pytest.mark.parametrize("chat_state", ["new chat", "chat in sync"])
