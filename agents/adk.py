@@ -46,7 +46,7 @@ from urllib.parse import urlparse
 
 import structlog
 from google.adk.agents import BaseAgent, LlmAgent
-from google.adk.agents.live_request_queue import LiveRequestQueue
+from google.adk.agents.invocation_context import LlmCallsLimitExceededError
 from google.adk.agents.run_config import RunConfig, StreamingMode  # type: ignore[attr-defined]
 from google.adk.apps import App
 from google.adk.events import Event, EventActions
@@ -58,11 +58,15 @@ from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 from opentelemetry import trace
 
+from agents.events import agent_event
 from agents.inference_scope import keep_call_summary
+from agents.live import LiveChannel, live_run_config
 from agents.memory_store import MemorySessionService
-from agents.tools import Bounds, BoundsPlugin, PermissionPlugin, tool_kind
+from agents.tools import Bounds, BoundsPlugin, LiveToolGate, PermissionPlugin, tool_kind
+from gateway.core.approval import REJECTED_TEXT, AgentReply, Confirmation
 from gateway.core.errors import ModelTimedOut, StoreUnavailable, UnknownApp
-from gateway.core.kinds import ToolKind
+from gateway.core.events import AgentEvent
+from gateway.core.kinds import CONFIRMATION_TOOL, ToolKind
 from gateway.core.requests import ToolPart, UIMessage
 from gateway.metrics import Metrics
 
@@ -73,10 +77,14 @@ __all__ = [
     "GuardedSessionService",
     "LoadedAgents",
     "MemorySessionService",
+    "ModelCallsExhausted",
+    "Turn",
     "history_events",
+    "install_tracer_provider",
     "load_agent",
     "load_agents",
     "session_service_from_uri",
+    "turn_content",
     "ui_message_content",
 ]
 
@@ -91,6 +99,15 @@ SLICE_S: Final = 0.004
 
 class AgentLoadError(ValueError):
     """The configured agent could not be loaded; the message says why."""
+
+
+class ModelCallsExhausted(Exception):
+    """A run made its `max_llm_calls` model calls and was ended by ADK (`AgentHost.run`)."""
+
+
+# What a run is given: the user's new message, or what the agent is told about its calls (the
+# approval book's replies: confirmations and tool results).
+Turn = UIMessage | Sequence[AgentReply]
 
 
 # --- loading -----------------------------------------------------------------------------------
@@ -341,13 +358,33 @@ def ui_message_content(message: UIMessage) -> types.Content:
     return types.Content(role="user", parts=parts)
 
 
+def reply_part(reply: AgentReply) -> types.Part:
+    """What the approval book says to tell the agent, as an ADK function response: the answer to
+    ADK's confirmation call, or the tool's own result."""
+    if isinstance(reply, Confirmation):
+        response = types.FunctionResponse(
+            name=CONFIRMATION_TOOL, id=reply.confirmation_id, response={"confirmed": reply.confirmed}
+        )
+    else:
+        response = types.FunctionResponse(name=reply.tool_name, id=reply.tool_call_id, response=reply.response)
+    return types.Part(function_response=response)
+
+
+def turn_content(turn: Turn) -> types.Content:
+    """A run's new message: the user's, or the replies to the agent's calls (role "user", as ADK
+    sends function responses)."""
+    if isinstance(turn, UIMessage):
+        return ui_message_content(turn)
+    return types.Content(role="user", parts=[reply_part(reply) for reply in turn])
+
+
 def _tool_response(part: ToolPart) -> dict[str, Any] | None:
     if part.state == "output-available":
         return part.output if isinstance(part.output, dict) else {"result": part.output}
     if part.state == "output-error":
         return {"error": part.errorText or "error"}
     if part.state == "output-denied":
-        return {"error": "This tool call is rejected."}
+        return {"error": REJECTED_TEXT}
     return None
 
 
@@ -420,6 +457,16 @@ _UNTRACED: Final = TelemetryConfig(
     genai_semconv_stability_opt_in="stable", capture_message_content=ContentCapturingMode.NO_CONTENT
 )
 _SEMCONV_OPT_IN: Final = "OTEL_SEMCONV_STABILITY_OPT_IN"
+# The error code of the event ADK yields when a run reaches `max_llm_calls`.
+_CALLS_EXHAUSTED: Final = LlmCallsLimitExceededError.__name__
+
+
+def install_tracer_provider() -> None:
+    """ADK's own tracer provider setup (as `adk web` and `adk api_server` use it): an OTLP
+    exporter as the environment's `OTEL_EXPORTER_OTLP_*` variables name it."""
+    from google.adk.telemetry.setup import maybe_set_otel_providers
+
+    maybe_set_otel_providers()
 
 
 def telemetry_config() -> TelemetryConfig | None:
@@ -452,7 +499,7 @@ class AgentHost:
         max_llm_calls: int,
         app_name: str | None = None,
     ) -> None:
-        plugin = PermissionPlugin()
+        plugin = self.permissions = PermissionPlugin()
         self.bounds = Bounds()
         bounds_plugin = BoundsPlugin(self.bounds)
         # The store as configured, and the same store with every call bounded (what everyone uses).
@@ -601,19 +648,21 @@ class AgentHost:
         self,
         user_id: str,
         chat_id: str,
-        new_message: types.Content,
+        turn: Turn,
         *,
         state_delta: dict[str, Any] | None = None,
-    ) -> AsyncGenerator[Event, None]:
-        """One ADK invocation; the generator is always closed, also when the caller is cancelled.
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """One ADK invocation, its events read into the core's `AgentEvent`s; the generator is
+        always closed, also when the caller is cancelled.
 
         Raises:
             ModelTimedOut: a model call took longer than `model_timeout_s`.
+            ModelCallsExhausted: the run made `max_llm_calls` model calls.
         """
         stream = self.runner.run_async(
             user_id=user_id,
             session_id=chat_id,
-            new_message=new_message,
+            new_message=turn_content(turn),
             state_delta=state_delta,
             run_config=self.run_config(),
         )
@@ -628,23 +677,63 @@ class AgentHost:
                     self.bounds.clocks[key] = clock
                 async with aclosing(stream) as events:
                     async for event in events:
-                        yield event
+                        if event.error_code == _CALLS_EXHAUSTED:
+                            # ADK yields the limit as an error event, then raises it: the run
+                            # ends as its `ModelCallsExhausted`, not as a model error.
+                            continue
+                        yield agent_event(event)
         except TimeoutError:
             if not scope.expired():
                 raise
             log.warning("model_timeout", chat_id=chat_id, timeout_s=self.model_timeout_s)
             self.metrics.timeouts.labels(kind="model").inc()
             raise ModelTimedOut(f"The model did not answer within {self.model_timeout_s:g} s.") from None
+        except LlmCallsLimitExceededError as exc:
+            raise ModelCallsExhausted(str(exc)) from None
         finally:
             if clock is not None and self.bounds.clocks.get(key) is clock:
                 del self.bounds.clocks[key]
 
-    def run_live(
-        self, user_id: str, chat_id: str, queue: LiveRequestQueue, run_config: RunConfig
-    ) -> AsyncGenerator[Event, None]:
-        return self.runner.run_live(
-            user_id=user_id, session_id=chat_id, live_request_queue=queue, run_config=run_config
+    async def append_replies(self, user_id: str, chat_id: str, replies: Sequence[AgentReply]) -> None:
+        """Tells the chat's session what became of its calls without running the model ("deny and
+        stop": the interrupt results are the calls' answers, and the turn ends there)."""
+        if not replies:
+            return
+        session = await self.get_session(user_id, chat_id, events=False)
+        if session is None:
+            return
+        event = Event(
+            invocation_id=f"interrupt-{uuid.uuid4().hex[:12]}",
+            author=self.root_agent.name,
+            content=turn_content(replies),
+            timestamp=time.time(),
         )
+        await self.session_service.append_event(session, event)
+
+    # --- live runs -----------------------------------------------------------------------------
+
+    def live_channel(self) -> LiveChannel:
+        """The input of a new live invocation (audio, text, images, utterance marks)."""
+        return LiveChannel()
+
+    async def run_live(
+        self, user_id: str, chat_id: str, channel: LiveChannel, gate: LiveToolGate | None = None
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """One live invocation fed by `channel`, its events read into the core's `AgentEvent`s.
+        `gate`: where the permission plugin asks about the tool calls of this invocation (ADK
+        cannot confirm a call in a live run, see `agents.tools`)."""
+        if gate is not None:
+            self.permissions.attach_live(channel.queue, gate)
+        try:
+            events = self.runner.run_live(
+                user_id=user_id, session_id=chat_id, live_request_queue=channel.queue,
+                run_config=live_run_config(self.max_llm_calls),
+            )
+            async with aclosing(events) as stream:
+                async for event in stream:
+                    yield agent_event(event)
+        finally:
+            self.permissions.detach_live(channel.queue)
 
 
 class AgentApps:

@@ -55,7 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     try:
         configure_scripted_model(settings)
-        configure_tracing()
+        from agents.adk import install_tracer_provider
+
+        configure_tracing(install_tracer_provider)
         app = make_app(settings)
         # What was loaded at start (ADK, the agent, the page) never becomes garbage: keep it out of
         # the collector's generations, so collections while serving stay short.

@@ -42,13 +42,12 @@ __all__ = ["RunSpan", "configure_tracing", "frame_span", "run_span", "server_spa
 _tracer = trace.get_tracer("adk_gateway")
 
 
-def configure_tracing() -> bool:
-    """Installs ADK's tracer provider with an OTLP exporter when the environment names one;
-    returns whether tracing is on."""
+def configure_tracing(install_provider: Callable[[], None]) -> bool:
+    """Installs a tracer provider with an OTLP exporter (`install_provider`: ADK's own setup,
+    `agents.adk.install_tracer_provider`) when the environment names one; returns whether tracing
+    is on."""
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        from google.adk.telemetry.setup import maybe_set_otel_providers
-
-        maybe_set_otel_providers()
+        install_provider()
     return tracing_enabled()
 
 

@@ -46,26 +46,21 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import structlog
-from google.adk.agents.invocation_context import LlmCallsLimitExceededError
-from google.adk.events import Event
-from google.genai import types
 
-from agents.adk import AgentApps, AgentHost, ui_message_content
-from agents.events import agent_event
+from agents.adk import AgentApps, AgentHost, ModelCallsExhausted, Turn
 from agents.tools import APPROVALS_STATE_KEY
 from gateway.core.approval import (
     AgentReply,
     ApprovalBook,
     ApprovalRefused,
-    Confirmation,
     RunInBrowser,
     ToolOutcome,
 )
 from gateway.core.chunks import Chunk
 from gateway.core.converter import BrowserCall, NeedsApproval, ResponseConverter, message_replay_chunks
 from gateway.core.errors import ApprovalInvalid, BadRequest, ContinuationRefused, GatewayError, ModelTimedOut
+from gateway.core.events import AgentEvent
 from gateway.core.jsonparse import JsonRejected
-from gateway.core.kinds import CONFIRMATION_TOOL
 from gateway.core.requests import (
     ChatRequest,
     UIMessage,
@@ -100,13 +95,14 @@ class RequestContext:
 class TurnPlan:
     message_id: str
     book: ApprovalBook
-    new_message: types.Content | None = None
+    # What the run is given (None: nothing runs, e.g. an approved browser tool re-announced).
+    new_message: Turn | None = None
     state_delta: dict[str, Any] = field(default_factory=dict)
     # What the book says to show before the run (outcomes, re-announced browser tools), in order.
     shown: tuple[ToolOutcome | RunInBrowser, ...] = ()
     awaiting_client: list[str] = field(default_factory=list)
-    # Function responses appended to the session without running the model ("deny and stop").
-    interrupt_responses: list[types.Part] = field(default_factory=list)
+    # Replies appended to the session without running the model ("deny and stop").
+    interrupt_responses: tuple[AgentReply, ...] = ()
     interrupted: bool = False
     turn: dict[str, int] = field(default_factory=lambda: {"asks": 0, "continuations": 0})
     replay_prefix: list[dict[str, Any]] = field(default_factory=list)
@@ -212,7 +208,7 @@ class ChatService:
         book = ApprovalBook.from_state(session.state.get(APPROVALS_STATE_KEY))
         for abandoned in book.abandon_all():
             log.info("approval_abandoned", chat_id=chat, tool_call_id=abandoned.tool_call_id)
-        plan = TurnPlan(message_id=_new_message_id(), book=book, new_message=ui_message_content(last))
+        plan = TurnPlan(message_id=_new_message_id(), book=book, new_message=last)
         plan.state_delta = {
             APPROVALS_STATE_KEY: book.to_state(),
             HISTORY_STATE_KEY: [len(request.messages), posted_digest],
@@ -257,7 +253,7 @@ class ChatService:
             self.metrics.approvals_answered.labels(decision=decision.value).inc()
         # An approved browser tool told to run now is a question the next continuation answers.
         turn["asks"] = turn.get("asks", 0) + len(continuation.awaiting_client)
-        replies = [_agent_part(reply) for reply in continuation.replies]
+        replies = continuation.replies
         plan = TurnPlan(
             message_id=last.id,
             book=book,
@@ -270,7 +266,7 @@ class ChatService:
             plan.interrupted = True
             plan.interrupt_responses = replies
         elif replies:
-            plan.new_message = types.Content(role="user", parts=replies)
+            plan.new_message = replies
         plan.state_delta = {APPROVALS_STATE_KEY: book.to_state(), TURN_STATE_KEY: dict(turn)}
         return plan
 
@@ -294,7 +290,7 @@ class ChatService:
             for call_id in plan.awaiting_client:
                 converter.await_client(call_id)
             if plan.interrupted:
-                await self._append_interrupts(host, ctx.user_id, chat_id, plan)
+                await host.append_replies(ctx.user_id, chat_id, plan.interrupt_responses)
                 await self._save(host, ctx.user_id, chat_id, book, turn)
                 emit(converter.finish("interrupted"))
                 return
@@ -320,7 +316,7 @@ class ChatService:
             if plan.new_message is None or self._changed(plan, book, turn):
                 await self._save(host, ctx.user_id, chat_id, book, turn)
             emit(converter.finish())
-        except LlmCallsLimitExceededError:
+        except ModelCallsExhausted:
             outcome = "limit"
             log.warning("llm_call_limit", chat_id=chat_id, limit=host.max_llm_calls)
             await self._save_quietly(host, ctx.user_id, chat_id, book, turn)
@@ -360,17 +356,13 @@ class ChatService:
 
     def _convert(
         self,
-        event: Event,
+        event: AgentEvent,
         converter: ResponseConverter,
         book: ApprovalBook,
         turn: dict[str, int],
         emit: Callable[[Iterable[Chunk]], None],
     ) -> None:
-        if event.error_code == LlmCallsLimitExceededError.__name__:
-            # ADK yields the limit as an error event, then raises it: `_execute` ends the response
-            # with finish{length}, which an error chunk here would suppress.
-            return
-        result = converter.convert(agent_event(event))
+        result = converter.convert(event)
         emit(result.chunks)
         for effect in result.effects:
             if isinstance(effect, NeedsApproval):
@@ -391,20 +383,6 @@ class ChatService:
             elif isinstance(effect, BrowserCall):
                 book.track(effect.tool_call_id, effect.tool_name, browser=True)
                 turn["asks"] = turn.get("asks", 0) + 1
-
-    async def _append_interrupts(self, host: AgentHost, user: str, chat: str, plan: TurnPlan) -> None:
-        if not plan.interrupt_responses:
-            return
-        session = await host.get_session(user, chat, events=False)
-        if session is None:
-            return
-        event = Event(
-            invocation_id=f"interrupt-{uuid.uuid4().hex[:12]}",
-            author=host.root_agent.name,
-            content=types.Content(role="user", parts=plan.interrupt_responses),
-            timestamp=time.time(),
-        )
-        await host.session_service.append_event(session, event)
 
     @staticmethod
     def _changed(plan: TurnPlan, book: ApprovalBook, turn: dict[str, int]) -> bool:
@@ -477,14 +455,3 @@ def _gateway_error(exc: BaseException) -> GatewayError | None:
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
-
-
-def _agent_part(reply: AgentReply) -> types.Part:
-    """What the book says to tell the agent, as an ADK function response."""
-    if isinstance(reply, Confirmation):
-        response = types.FunctionResponse(
-            name=CONFIRMATION_TOOL, id=reply.confirmation_id, response={"confirmed": reply.confirmed}
-        )
-    else:
-        response = types.FunctionResponse(name=reply.tool_name, id=reply.tool_call_id, response=reply.response)
-    return types.Part(function_response=response)

@@ -63,13 +63,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
-from google.adk.agents.live_request_queue import LiveRequestQueue
-from google.adk.agents.run_config import RunConfig, StreamingMode  # type: ignore[attr-defined]
-from google.genai import types
 
 from agents.adk import AgentHost
-from agents.events import agent_event
-from agents.tools import APPROVALS_STATE_KEY, PLUGIN_NAME, PermissionPlugin
+from agents.tools import APPROVALS_STATE_KEY
 from gateway.core import chunks as c
 from gateway.core.approval import (
     ENDED_TEXT,
@@ -116,7 +112,6 @@ Deliver = Callable[[StreamLog], Coroutine[Any, Any, None]]
 # The frames a running session carries out (`LiveSession.apply`); images come decoded (`send_image`).
 LiveFrame = LiveTextFrame | LiveApprovalFrame | LiveToolOutputFrame | LiveControlFrame
 
-INPUT_MIME: Final = f"audio/pcm;rate={INPUT_RATE}"
 FAILED_TEXT: Final = "The live session failed."
 STOP_GRACE_S: Final = 2.0  # how long a graceful stop waits for ADK, then for the client
 PREROLL_MS: Final = 300
@@ -235,7 +230,7 @@ class LiveSession:
         self.input_rate = validate_rate(input_rate)
         self.hands_free = hands_free
         self.approval_timeout_s = approval_timeout_s
-        self._queue = LiveRequestQueue()
+        self._channel = host.live_channel()
         self._resampler = Resampler(self.input_rate, INPUT_RATE) if self.input_rate != INPUT_RATE else None
         self._vad = (
             EnergyVad(INPUT_RATE, threshold_dbfs=vad_threshold_dbfs, silence_ms=vad_silence_ms)
@@ -299,13 +294,13 @@ class LiveSession:
             return
         self._user_active = True
         self._cut_turn()
-        self._queue.send_activity_start()
+        self._channel.activity_start()
 
     def activity_end(self) -> None:
         if self.closed or not self._user_active:
             return
         self._user_active = False
-        self._queue.send_activity_end()
+        self._channel.activity_end()
 
     def interrupt(self) -> None:
         """Barge-in without speech: ends the current answer now and tells the model."""
@@ -314,21 +309,20 @@ class LiveSession:
         self._cut_turn()
         if not self._user_active:
             # An empty activity interrupts the model and asks nothing.
-            self._queue.send_activity_start()
-            self._queue.send_activity_end()
+            self._channel.activity_start()
+            self._channel.activity_end()
 
     def send_text(self, text: str) -> None:
         if self.closed:
             return
         self._cut_turn()
-        self._queue.send_content(types.Content(role="user", parts=[types.Part(text=text)]))
+        self._channel.text(text)
 
     def send_image(self, media_type: str, data: bytes) -> None:
         if self.closed or not data:
             return
         self._cut_turn()
-        blob = types.Blob(mime_type=media_type or "application/octet-stream", data=bytes(data))
-        self._queue.send_content(types.Content(role="user", parts=[types.Part(inline_data=blob)]))
+        self._channel.image(media_type, data)
 
     def stop(self) -> None:
         self._stop.set()
@@ -365,19 +359,6 @@ class LiveSession:
 
     # --- running -----------------------------------------------------------------------------
 
-    def run_config(self) -> RunConfig:
-        return RunConfig(
-            streaming_mode=StreamingMode.BIDI,
-            response_modalities=[types.Modality.AUDIO],
-            input_audio_transcription=types.AudioTranscriptionConfig(),
-            output_audio_transcription=types.AudioTranscriptionConfig(),
-            # The gateway (client or VAD) marks every utterance; the model must not guess.
-            realtime_input_config=types.RealtimeInputConfig(
-                automatic_activity_detection=types.AutomaticActivityDetection(disabled=True)
-            ),
-            max_llm_calls=self.host.max_llm_calls,
-        )
-
     async def run(self, deliver: Deliver | None = None) -> None:
         """Runs until `stop()`, cancellation, or the end of the live invocation; `deliver`
         (optional) follows the log to the client meanwhile.
@@ -389,16 +370,12 @@ class LiveSession:
         if self._started:
             raise RuntimeError("a LiveSession runs only once")
         self._started = True
-        plugin = self.host.runner.plugin_manager.get_plugin(PLUGIN_NAME)
-        if not isinstance(plugin, PermissionPlugin):
-            plugin = None
-            log.warning("live_without_permission_plugin", chat_id=self.chat_id)
         try:
             async with asyncio.TaskGroup() as tasks:
                 delivery: asyncio.Task[None] | None = None
                 if deliver is not None:
                     delivery = tasks.create_task(deliver(self.log), name=f"live-deliver:{self.chat_id}")
-                answerer = tasks.create_task(self._answer(plugin), name=f"live-answer:{self.chat_id}")
+                answerer = tasks.create_task(self._answer(), name=f"live-answer:{self.chat_id}")
                 await self._stop.wait()
                 await self._wind_down(answerer, delivery)
         except BaseExceptionGroup as group:
@@ -407,10 +384,8 @@ class LiveSession:
             raise group.exceptions[0] from None
         finally:
             self._closing = True
-            self._queue.close()
+            self._channel.close()
             self._carry_out(self._book.close())
-            if plugin is not None:
-                plugin.detach_live(self._queue)
             self._end_turn("interrupted")
             self.log.close()
         if self._failure is not None:
@@ -421,7 +396,7 @@ class LiveSession:
         """A graceful end: ADK finishes the invocation once the queue is closed (bounded), then an
         open turn ends with `finish` and the client gets what was decided (bounded)."""
         self._closing = True
-        self._queue.close()
+        self._channel.close()
         self._carry_out(self._book.close())
         if not answerer.done():
             await asyncio.wait([answerer], timeout=STOP_GRACE_S)
@@ -433,17 +408,15 @@ class LiveSession:
             await asyncio.wait([delivery], timeout=STOP_GRACE_S)
             delivery.cancel()
 
-    async def _answer(self, plugin: PermissionPlugin | None) -> None:
+    async def _answer(self) -> None:
         """The answerer: turns the invocation's events into chunks until it ends. A failure ends
         the open turn with an `error` chunk; `run()` raises it once the client has it."""
         try:
             await self._prepare()
-            if plugin is not None:
-                plugin.attach_live(self._queue, self)
-            events = self.host.run_live(self.user_id, self.chat_id, self._queue, self.run_config())
+            events = self.host.run_live(self.user_id, self.chat_id, self._channel, self)
             async with aclosing(events) as stream:
                 async for event in stream:
-                    self._on_event(agent_event(event))
+                    self._on_event(event)
         except Exception as exc:
             self._failure = exc
             self._turn.error(FAILED_TEXT)
@@ -516,7 +489,7 @@ class LiveSession:
     # --- input helpers -----------------------------------------------------------------------
 
     def _send_blob(self, data: bytes) -> None:
-        self._queue.send_realtime(types.Blob(mime_type=INPUT_MIME, data=data))
+        self._channel.audio(data)
 
     # --- held calls (approvals and browser tools) ----------------------------------------------
     #

@@ -18,11 +18,13 @@ from google.genai import types
 
 from agents.adk import AgentHost
 from agents.demo import build_demo_agent
+from agents.events import agent_event
 from agents.script import tiny_png
 from agents.scripted_live import ScriptedLiveConnection
 from agents.tools import APPROVALS_STATE_KEY, PLUGIN_NAME, PermissionPlugin
 from gateway.core.approval import REJECTED_TEXT, ApprovalRefused, LiveApproval, permanently_denied_text
 from gateway.core.chunks import adapt_wire
+from gateway.core.events import AgentEvent
 from gateway.core.pcm import PcmFormatError, chunk_bytes, duration_ms, tone
 from gateway.metrics import Metrics
 from gateway.services.live import ENDED_TEXT, TIMEOUT_TEXT, LiveSession
@@ -743,10 +745,12 @@ async def test_a_call_held_after_its_turn_ended_writes_nothing_into_the_next(
     answers: list[LiveApproval] = []
     sessions: list[LiveSession] = []
 
-    async def run_live(*_args: Any) -> AsyncGenerator[Event, None]:
+    async def run_live(*_args: Any) -> AsyncGenerator[AgentEvent, None]:
+        # (The host reads ADK's events into the core's: the session sees those.)
         call = types.FunctionCall(id="c1", name="process_payment", args={"amount": 5, "recipient": "bob"})
-        yield Event(author="demo_agent", content=types.Content(role="model", parts=[types.Part(function_call=call)]))
-        yield Event(author="demo_agent", turn_complete=True)
+        yield agent_event(Event(author="demo_agent",
+                                content=types.Content(role="model", parts=[types.Part(function_call=call)])))
+        yield agent_event(Event(author="demo_agent", turn_complete=True))
         answers.append(await sessions[0].request_approval("c1", "process_payment", browser=False))
 
     monkeypatch.setattr(AgentHost, "run_live", run_live)
