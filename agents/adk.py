@@ -49,6 +49,7 @@ from google.adk.agents import BaseAgent, LlmAgent
 from google.adk.agents.invocation_context import LlmCallsLimitExceededError
 from google.adk.agents.run_config import RunConfig, StreamingMode  # type: ignore[attr-defined]
 from google.adk.apps import App
+from google.adk.artifacts import BaseArtifactService
 from google.adk.events import Event, EventActions
 from google.adk.runners import Runner
 from google.adk.sessions import BaseSessionService, InMemorySessionService, Session
@@ -58,6 +59,7 @@ from google.adk.tools.base_tool import BaseTool
 from google.genai import types
 from opentelemetry import trace
 
+from agents.artifacts import BoundedArtifactService, part_bytes
 from agents.events import agent_event
 from agents.inference_scope import keep_call_summary
 from agents.live import LiveChannel, live_run_config
@@ -498,8 +500,11 @@ class AgentHost:
         *,
         max_llm_calls: int,
         app_name: str | None = None,
+        artifact_service: BaseArtifactService | None = None,
     ) -> None:
         plugin = self.permissions = PermissionPlugin()
+        # Every app has an artifact store (a tool's `save_artifact` fails without one).
+        self.artifacts = artifact_service if artifact_service is not None else BoundedArtifactService()
         self.bounds = Bounds()
         bounds_plugin = BoundsPlugin(self.bounds)
         # The store as configured, and the same store with every call bounded (what everyone uses).
@@ -511,12 +516,13 @@ class AgentHost:
                 raise AgentLoadError("the App's root_agent must be an ADK agent")
             self.root_agent: BaseAgent = app.root_agent
             self.app_name = app_name or app.name
-            self.runner = Runner(app=app, app_name=self.app_name, session_service=self.session_service)
+            self.runner = Runner(app=app, app_name=self.app_name, session_service=self.session_service,
+                                 artifact_service=self.artifacts)
         else:
             self.root_agent = agent
             self.app_name = app_name or agent.name
             self.runner = Runner(app_name=self.app_name, agent=agent, session_service=self.session_service,
-                                 plugins=[bounds_plugin, plugin])
+                                 artifact_service=self.artifacts, plugins=[bounds_plugin, plugin])
         self.max_llm_calls = max_llm_calls
         self._run_configs: dict[bool, RunConfig] = {}
         # ADK imports its A2A agent lazily on every run (a failed import is retried each time):
@@ -529,6 +535,8 @@ class AgentHost:
         self.model_timeout_s = 0.0
         self.metrics = Metrics()
         self._tools: dict[str, BaseTool] = {}
+        # Each agent's model by the agent's name: what a message names when a response does not.
+        self.models: dict[str, str] = {}
         self._collect_tools(self.root_agent)
 
     def _collect_tools(self, agent: BaseAgent) -> None:
@@ -536,6 +544,10 @@ class AgentHost:
             for tool in agent.tools:
                 if isinstance(tool, BaseTool):
                     self._tools[tool.name] = tool
+            model = agent.model
+            name = model if isinstance(model, str) else getattr(model, "model", "")
+            if name:
+                self.models[agent.name] = name
         for sub in agent.sub_agents:
             self._collect_tools(sub)
 
@@ -681,7 +693,7 @@ class AgentHost:
                             # ADK yields the limit as an error event, then raises it: the run
                             # ends as its `ModelCallsExhausted`, not as a model error.
                             continue
-                        yield agent_event(event)
+                        yield agent_event(event, self.models)
         except TimeoutError:
             if not scope.expired():
                 raise
@@ -731,9 +743,39 @@ class AgentHost:
             )
             async with aclosing(events) as stream:
                 async for event in stream:
-                    yield agent_event(event)
+                    yield agent_event(event, self.models)
         finally:
             self.permissions.detach_live(channel.queue)
+
+    # --- artifacts -----------------------------------------------------------------------------
+
+    async def artifact(self, user_id: str, chat_id: str, name: str, version: int) -> tuple[bytes, str] | None:
+        """A version of a chat's artifact: its bytes and media type (None: there is none)."""
+        part = await self.artifacts.load_artifact(
+            app_name=self.app_name, user_id=user_id, session_id=chat_id, filename=name, version=version)
+        return part_bytes(part) if part is not None else None
+
+    async def artifact_media_type(self, user_id: str, chat_id: str, name: str, version: int) -> str:
+        """The media type of a version of a chat's artifact (octet-stream when the store does not say)."""
+        try:
+            found = await self.artifacts.get_artifact_version(
+                app_name=self.app_name, user_id=user_id, session_id=chat_id, filename=name, version=version)
+        except NotImplementedError:
+            found = None
+        if found is not None and found.mime_type:
+            return str(found.mime_type)
+        loaded = await self.artifact(user_id, chat_id, name, version)
+        return loaded[1] if loaded is not None else "application/octet-stream"
+
+    async def artifact_list(self, user_id: str, chat_id: str) -> list[tuple[str, list[int]]]:
+        """A chat's artifacts (and the user's own, `user:` names), each with its versions."""
+        names = await self.artifacts.list_artifact_keys(app_name=self.app_name, user_id=user_id, session_id=chat_id)
+        listed = []
+        for name in names:
+            versions = await self.artifacts.list_versions(
+                app_name=self.app_name, user_id=user_id, session_id=chat_id, filename=name)
+            listed.append((name, sorted(versions)))
+        return listed
 
 
 class AgentApps:
@@ -756,10 +798,12 @@ class AgentApps:
         return cls({host.app_name: host}, host.app_name)
 
     @classmethod
-    def build(cls, loaded: LoadedAgents, session_service: BaseSessionService, *, max_llm_calls: int) -> AgentApps:
+    def build(cls, loaded: LoadedAgents, session_service: BaseSessionService, *, max_llm_calls: int,
+              artifact_service: BaseArtifactService | None = None) -> AgentApps:
+        artifacts = artifact_service if artifact_service is not None else BoundedArtifactService()
         hosts = {
             name: AgentHost(agent, session_service, max_llm_calls=max_llm_calls,
-                            app_name=name if loaded.folder is not None else None)
+                            app_name=name if loaded.folder is not None else None, artifact_service=artifacts)
             for name, agent in loaded.agents.items()
         }
         default = hosts[loaded.default].app_name

@@ -1,7 +1,10 @@
-"""ADK `Event` -> the core's `AgentEvent` (`gateway.core.events`): the converters never see ADK.
+"""ADK `Event` -> the core's `AgentEvent` (`gateway.core.events`): the converter never sees ADK.
 
-Called once per event, on the hot path of every streamed token: it reads the fields the core
-needs and builds small frozen values around ADK's own payloads (no copies, no validation).
+The one reading of ADK's events: their parts (text, thoughts, calls, responses, files), their
+metadata (usage, finish reason, the model's name, grounding) and their actions (state and
+artifact changes, confirmations and sign-ins asked for). Called once per event, on the hot path
+of every streamed token: it reads the fields the core needs and builds small frozen values around
+ADK's own payloads (no copies, no validation); what is rare (grounding, actions) costs a check.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from gateway.core.events import (
     FunctionResponse,
     InlineData,
     Part,
+    Source,
     Text,
     Transcription,
     Usage,
@@ -32,12 +36,20 @@ OCTET_STREAM: Final = "application/octet-stream"
 _NO_ARGS: Final[Mapping[str, Any]] = {}
 
 
-def agent_event(event: Event) -> AgentEvent:
+def agent_event(event: Event, models: Mapping[str, str] | None = None) -> AgentEvent:
+    """The core's reading of `event`; `models` names each agent's model, for a response that does
+    not say which model made it."""
     content = event.content
     adk_parts = content.parts if content is not None else None
     usage = event.usage_metadata
     actions = event.actions
-    requested = actions.requested_tool_confirmations if actions is not None else None
+    requested = sign_ins = state_delta = artifact_delta = None
+    if actions is not None:
+        requested = actions.requested_tool_confirmations
+        sign_ins = actions.requested_auth_configs
+        state_delta = actions.state_delta
+        artifact_delta = actions.artifact_delta
+    grounding = event.grounding_metadata
     heard = event.input_transcription
     said = event.output_transcription
     return AgentEvent(
@@ -57,9 +69,38 @@ def agent_event(event: Event) -> AgentEvent:
             total_tokens=usage.total_token_count or 0,
         ),
         requested_confirmations=frozenset(requested) if requested else NO_IDS,
+        requested_sign_ins=frozenset(sign_ins) if sign_ins else NO_IDS,
+        model=event.model_version or (models.get(event.author) if models and content is not None else None),
+        sources=_sources(grounding) if grounding is not None else (),
+        search_suggestions=_search_html(grounding) if grounding is not None else None,
+        state_delta=state_delta or None,
+        artifact_delta=artifact_delta or None,
         input_transcription=None if heard is None else Transcription(heard.text or "", bool(heard.finished)),
         output_transcription=None if said is None else Transcription(said.text or "", bool(said.finished)),
     )
+
+
+def _sources(grounding: types.GroundingMetadata) -> tuple[Source, ...]:
+    """The sources a grounded response cites: web pages (Google Search), and what a retrieval
+    tool found (Vertex AI Search, RAG: a web page when its URI is http(s), else a document), and
+    places (Google Maps)."""
+    sources: list[Source] = []
+    for chunk in grounding.grounding_chunks or ():
+        page = chunk.web or chunk.maps  # a web page, or a place on Google Maps
+        if page is not None and page.uri:
+            sources.append(Source(page.title or page.uri, page.uri))
+            continue
+        found = chunk.retrieved_context
+        if found is not None and (found.uri or found.title):
+            uri = found.uri or ""
+            web_page = uri.startswith(("http://", "https://"))
+            sources.append(Source(found.title or uri.rsplit("/", 1)[-1] or "document", uri if web_page else None))
+    return tuple(sources)
+
+
+def _search_html(grounding: types.GroundingMetadata) -> str | None:
+    entry = grounding.search_entry_point
+    return entry.rendered_content or None if entry is not None else None
 
 
 def finish_reason_name(reason: types.FinishReason | str | None) -> str | None:

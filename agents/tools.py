@@ -4,9 +4,9 @@
   the invocation pauses after the call; the browser's `addToolOutput` comes back as the call's
   function response. `needs_approval=True` makes the gateway ask the user first.
 - Server tools that need approval use ADK's own `require_confirmation`.
-- `PermissionPlugin` reads the chat's permissions (kept in session state by the gateway): a tool
-  the user "never" allows is refused without running or asking; a tool the user "always" allows
-  is confirmed without asking.
+- `PermissionPlugin` carries out the chat's policy for each call (`ApprovalBook.stored_policy`,
+  from the book the gateway keeps in session state): a tool the user "never" allows is refused
+  without running or asking; a tool the user "always" allows is confirmed without asking.
 - Live (`run_live`) invocations: ADK cannot confirm a tool inside a live session (its TODO in
   `live/_live_llm_flow.py`), and a long-running tool's result cannot come back as a new message.
   A live session therefore attaches a `LiveToolGate` for its `LiveRequestQueue`
@@ -36,7 +36,7 @@ from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.adk.tools.tool_confirmation import ToolConfirmation
 
-from gateway.core.approval import ApprovalBook, Decision, LiveApproval, Permission, permanently_denied_text
+from gateway.core.approval import ApprovalBook, Decision, LiveApproval, ToolPolicy, permanently_denied_text
 from gateway.core.kinds import ToolKind
 
 __all__ = [
@@ -73,6 +73,8 @@ class BrowserTool(LongRunningFunctionTool):
 def tool_kind(tool: BaseTool | None) -> ToolKind:
     if isinstance(tool, BrowserTool):
         return ToolKind(browser=True, needs_approval=tool.needs_approval)
+    if tool is not None and tool.is_long_running:
+        return ToolKind(long_running=True)
     return ToolKind()
 
 
@@ -119,20 +121,19 @@ class PermissionPlugin(BasePlugin):
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: Any
     ) -> dict[str, Any] | None:
-        permission = ApprovalBook.stored_permission(tool_context.state.get(APPROVALS_STATE_KEY), tool.name)
+        stored = tool_context.state.get(APPROVALS_STATE_KEY)
         confirmation = tool_context.tool_confirmation
-        if permission is Permission.NEVER and not (confirmation is not None and not confirmation.confirmed):
+        browser = isinstance(tool, BrowserTool)
+        needs_approval = tool.needs_approval if isinstance(tool, BrowserTool) else _needs_confirmation(tool)
+        policy = ApprovalBook.stored_policy(stored, tool.name, needs_approval=needs_approval)
+        if policy is ToolPolicy.REFUSE and not (confirmation is not None and not confirmation.confirmed):
             # (The call the user has just denied with "never" gets ADK's own rejection instead.)
             return {"error": permanently_denied_text(tool.name)}
         queue = _live_queue(tool_context) if self._live_gates else None
         gate = self._live_gates.get(queue) if queue is not None else None
         if gate is not None:
-            return await self._live_call(gate, tool, tool_args, tool_context, permission)
-        if (
-            permission is Permission.ALWAYS
-            and _needs_confirmation(tool)
-            and tool_context.tool_confirmation is None
-        ):
+            return await self._live_call(gate, tool, tool_args, tool_context, stored, browser=browser)
+        if policy is ToolPolicy.RUN and needs_approval and not browser and confirmation is None:
             tool_context.tool_confirmation = ToolConfirmation(confirmed=True)
         return None
 
@@ -142,13 +143,13 @@ class PermissionPlugin(BasePlugin):
         tool: BaseTool,
         tool_args: dict[str, Any],
         tool_context: Any,
-        permission: Permission | None,
+        stored: Any,
+        *,
+        browser: bool,
     ) -> dict[str, Any] | None:
-        browser = isinstance(tool, BrowserTool)
         confirm = not browser and await tool.check_require_confirmation(tool_args, tool_context) is True
-        ask = (tool.needs_approval if isinstance(tool, BrowserTool) else confirm) and (
-            permission is not Permission.ALWAYS
-        )
+        needs_approval = tool.needs_approval if isinstance(tool, BrowserTool) else confirm
+        ask = ApprovalBook.stored_policy(stored, tool.name, needs_approval=needs_approval) is ToolPolicy.ASK
         call_id = tool_context.function_call_id or ""
         if ask:
             answer = await gate.request_approval(call_id, tool.name, browser=browser)

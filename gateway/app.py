@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,15 +19,30 @@ from pathlib import Path
 import structlog
 from aiohttp import WSCloseCode, web
 
-from agents.adk import AgentApps, AgentHost, load_agents, session_service_from_uri
+from agents.adk import AgentApps, AgentHost, AgentLoadError, load_agents, session_service_from_uri
+from agents.artifacts import ArtifactStoreError, artifact_service_from_uri
 from gateway.config import Settings
 from gateway.core.errors import ServiceUnavailable, Unauthorized
-from gateway.keys import AUTH, DRAINING, HOST, METRICS, REGISTRY, SERVICE, SETTINGS, SHUTDOWN_ERRORS
+from gateway.keys import (
+    AUTH,
+    DRAINING,
+    HOST,
+    LINKS,
+    METRICS,
+    REGISTRY,
+    SERVICE,
+    SETTINGS,
+    SHUTDOWN_ERRORS,
+    SIGN_INS,
+)
 from gateway.metrics import Metrics
+from gateway.services.artifacts import ARTIFACT_ROUTE, ArtifactLinks
 from gateway.services.auth import bearer_token, build_authenticator
 from gateway.services.chat import ChatService
+from gateway.services.extras import Extras
 from gateway.services.leases import leases_for
 from gateway.services.registry import Limits, Registry
+from gateway.services.signin import CALLBACK_PATH, SignIns
 from gateway.services.streams import MemoryStreamStore, StreamStore
 from gateway.tracing import server_spans, tracing_enabled
 from transports import door
@@ -105,15 +121,30 @@ def build_apps(settings: Settings) -> AgentApps:
     loaded = load_agents(settings.agent, settings.effective_model(), default=settings.app)
     store = session_service_from_uri(settings.session_store, memory_ttl_s=settings.memory_ttl_s,
                                      memory_max_chats=settings.memory_max_chats, agents_dir=loaded.folder)
-    return AgentApps.build(loaded, store, max_llm_calls=settings.max_llm_calls)
+    try:
+        artifacts = artifact_service_from_uri(settings.artifact_store, max_bytes=settings.artifact_memory_max_bytes,
+                                              agents_dir=loaded.folder)
+    except ArtifactStoreError as exc:
+        raise AgentLoadError(f"--artifact-store / ADK_GATEWAY_ARTIFACT_STORE: {exc}") from None
+    return AgentApps.build(loaded, store, max_llm_calls=settings.max_llm_calls, artifact_service=artifacts)
+
+
+def signing_secret(settings: Settings) -> bytes:
+    """What signs artifact links and sign-in states: `--url-signing-secret`, else one of this process's own."""
+    return settings.url_signing_secret.encode() or secrets.token_bytes(32)
 
 
 def build_services(
-    settings: Settings, *, host: AgentHost | AgentApps | None = None, metrics: Metrics | None = None
+    settings: Settings, *, host: AgentHost | AgentApps | None = None, metrics: Metrics | None = None,
+    links: ArtifactLinks | None = None, sign_ins: SignIns | None = None,
 ) -> Services:
     """The apps (the settings' agent unless a host or apps are given), the registry, the stream
     store and the chat service, wired together."""
     metrics = metrics or Metrics()
+    if links is None or sign_ins is None:
+        secret = signing_secret(settings)
+        links = links or ArtifactLinks(secret, ttl_s=settings.artifact_url_ttl_s)
+        sign_ins = sign_ins or SignIns(secret)
     if isinstance(host, AgentHost):
         host = AgentApps.single(host)
     apps = build_apps(settings) if host is None else host
@@ -128,13 +159,14 @@ def build_services(
     streams.listen_for_stops(registry.stop_soon)
     chat = ChatService(apps, registry, streams, approval_timeout_s=settings.approval_timeout_s,
                        stream_max_bytes=settings.stream_buffer_bytes, max_json_depth=settings.max_json_depth,
-                       metrics=metrics)
+                       metrics=metrics, extras=Extras(links, sign_ins), client_state_keys=settings.client_state_keys)
     return Services(settings=settings, metrics=metrics, apps=apps, registry=registry, streams=streams, chat=chat)
 
 
 async def _agent_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    services = build_services(settings, host=app.get(HOST), metrics=app[METRICS])
+    services = build_services(settings, host=app.get(HOST), metrics=app[METRICS], links=app[LINKS],
+                              sign_ins=app[SIGN_INS])
     app[HOST] = services.host
     app[REGISTRY] = services.registry
     app[SERVICE] = services.chat
@@ -300,6 +332,7 @@ def _web_dir(settings: Settings) -> Path:
 
 def make_app(settings: Settings | None = None, *, host: AgentHost | None = None) -> web.Application:
     """Builds the gateway app. `host` lets tests pass their own agent host."""
+    from transports.resources import artifact_file, chat_artifacts, oauth_callback
     from transports.sse import chat_post, chat_resume, chat_stop
     from transports.websocket import chat_socket
 
@@ -312,6 +345,9 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
     app[METRICS] = Metrics()
     app[SHUTDOWN_ERRORS] = []
     app[DRAINING] = asyncio.Event()
+    secret = signing_secret(settings)
+    app[LINKS] = ArtifactLinks(secret, ttl_s=settings.artifact_url_ttl_s)
+    app[SIGN_INS] = SignIns(secret)
     if host is not None:
         app[HOST] = host
     app.cleanup_ctx.append(_agent_context)
@@ -332,6 +368,9 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
     app.router.add_get("/api/apps", apps)
     app.router.add_get("/api/chat/{chat_id}/stream", chat_resume)
     app.router.add_post("/api/chat/{chat_id}/stop", chat_stop)
+    app.router.add_get("/api/chats/{chat_id}/artifacts", chat_artifacts)
+    app.router.add_get(ARTIFACT_ROUTE, artifact_file)
+    app.router.add_get(CALLBACK_PATH, oauth_callback)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

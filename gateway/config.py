@@ -63,6 +63,36 @@ class Settings(BaseModel):
         description="ADK session store: memory:// (the gateway's own), or any URI `adk api_server "
         "--session_service_uri` takes: sqlite:///path/to.db, postgresql://user@host/db, agentengine://ID, ...",
     )
+    artifact_store: str = Field(
+        default="memory://",
+        description="Where agents' artifacts (`tool_context.save_artifact`) are kept: memory:// (this process, "
+        "bounded by --artifact-memory-max-bytes), a folder, or any URI `adk api_server --artifact_service_uri` "
+        "takes: gs://bucket (needs google-cloud-storage and Google credentials), file:///folder, ...",
+    )
+    artifact_memory_max_bytes: int = Field(
+        default=256 * 1024 * 1024, ge=1024,
+        description="memory:// artifacts: most bytes kept; the artifacts saved longest ago go first.",
+    )
+    artifact_url_ttl_s: float = Field(
+        default=3600.0, gt=0, le=7 * 86_400,
+        description="How long an artifact's link in a chat stays valid (the link is signed for its user, chat, "
+        "name and version; GET /api/chats/{id}/artifacts gives fresh ones).",
+    )
+    client_state: str = Field(
+        default="",
+        description="Comma-separated session state keys the client sees (data-state chunks) and may set (a "
+        "request's `state`); empty: none, since state often holds what the user must not see.",
+    )
+    public_url: str = Field(
+        default="",
+        description="The gateway's public origin for links it hands out (artifact links, the OAuth redirect of "
+        "tool sign-ins), e.g. https://chat.example.com; empty: the request's own scheme and Host.",
+    )
+    url_signing_secret: str = Field(
+        default="",
+        description="Secret that signs artifact links and sign-in states (32+ bytes); empty: a random one per "
+        "process (instances behind one load balancer must share one).", repr=False,
+    )
     stream_store: str = Field(
         default="memory://",
         description="Where resumable streams are kept: memory:// (one process) or redis://host:port/db.",
@@ -284,6 +314,10 @@ class Settings(BaseModel):
     @property
     def cors(self) -> frozenset[str]:
         return frozenset(o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip())
+
+    @property
+    def client_state_keys(self) -> frozenset[str]:
+        return frozenset(key.strip() for key in self.client_state.split(",") if key.strip())
 
     @property
     def origins(self) -> frozenset[str]:

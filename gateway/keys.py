@@ -11,11 +11,14 @@ if TYPE_CHECKING:
     from agents.adk import AgentHost
     from gateway.config import Settings
     from gateway.metrics import Metrics
+    from gateway.services.artifacts import ArtifactLinks
     from gateway.services.auth import Authenticator, Identity
     from gateway.services.chat import ChatService
     from gateway.services.registry import Registry
+    from gateway.services.signin import SignIns
 
-__all__ = ["AUTH", "DRAINING", "HOST", "IDENTITY", "METRICS", "REGISTRY", "SERVICE", "SETTINGS", "SHUTDOWN_ERRORS"]
+__all__ = ["AUTH", "DRAINING", "HOST", "IDENTITY", "LINKS", "METRICS", "REGISTRY", "SERVICE", "SETTINGS",
+           "SHUTDOWN_ERRORS", "SIGN_INS"]
 
 SETTINGS: web.AppKey[Settings] = web.AppKey("settings")
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
@@ -27,3 +30,5 @@ DRAINING: web.AppKey[asyncio.Event] = web.AppKey("draining")  # set at SIGTERM
 SHUTDOWN_ERRORS: web.AppKey[list[Exception]] = web.AppKey("shutdown_errors")
 AUTH: web.AppKey[Authenticator] = web.AppKey("authenticator")
 IDENTITY: web.RequestKey[Identity] = web.RequestKey("identity")
+LINKS: web.AppKey[ArtifactLinks] = web.AppKey("artifact_links")
+SIGN_INS: web.AppKey[SignIns] = web.AppKey("sign_ins")

@@ -25,13 +25,21 @@ from gateway.keys import AUTH, DRAINING, IDENTITY, METRICS, SETTINGS
 from gateway.services.auth import AnonymousAuth, Identity, bearer_token, redact
 
 __all__ = ["CORS_ALLOW_HEADERS", "CORS_EXPOSE_HEADERS", "WS_PATH", "admit", "answer", "cors_headers", "identity_of",
-           "passes_door_itself", "passes_itself", "preflight", "refused"]
+           "needs_no_credential", "passes_door_itself", "passes_itself", "preflight", "refused"]
 
 log = structlog.get_logger("gateway.app")
 
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
 
 _PASSES_ITSELF: Final = "_passes_the_door_itself"
+_NO_CREDENTIAL: Final = "_needs_no_credential"
+
+
+def needs_no_credential(handler: HandlerT) -> HandlerT:
+    """Marks an `/api/` handler whose request carries its own proof instead of the caller's
+    credential (a signed link, a sign-in's state): the door does not authenticate it."""
+    setattr(handler, _NO_CREDENTIAL, True)
+    return handler
 
 
 def passes_door_itself(handler: HandlerT) -> HandlerT:
@@ -116,7 +124,7 @@ def refused(request: web.Request, reason: str, **detail: object) -> None:
 async def authenticate(request: web.Request) -> Identity | None:
     """The `Identity` of an `/api/` request's caller, or a 401 before its handler runs; None for
     any other path."""
-    if not request.path.startswith("/api/"):
+    if not request.path.startswith("/api/") or getattr(request.match_info.handler, _NO_CREDENTIAL, False):
         return None
     auth = request.app[AUTH]
     if isinstance(auth, AnonymousAuth):

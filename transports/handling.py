@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from gateway.metrics import Metrics
     from gateway.services.chat import ChatService
 
-__all__ = ["client_major", "read_chat_request", "refused", "respond", "stop_chat"]
+__all__ = ["client_major", "public_origin", "read_chat_request", "refused", "respond", "stop_chat"]
 
 log = structlog.get_logger("transports.handling")
 
@@ -36,6 +36,12 @@ def client_major(headers: Mapping[str, str]) -> int:
     """The client's `ai` major version: 7 with `x-ai-sdk-major: 7`, else 6 (the v6 chunk set)."""
     raw = str(headers.get("x-ai-sdk-major", "6")).strip()
     return 7 if raw.startswith("7") else 6
+
+
+def public_origin(scheme: str, host: str, settings: Settings) -> str:
+    """The gateway's origin as its clients reach it, for the links it hands out: `--public-url`,
+    else the request's own scheme and Host (behind a TLS proxy, set `--public-url`)."""
+    return settings.public_url.rstrip("/") or f"{scheme}://{host}"
 
 
 async def read_chat_request(raw: bytes | bytearray, settings: Settings) -> ChatRequest:

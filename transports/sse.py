@@ -41,7 +41,7 @@ from gateway.services.chat import RequestContext
 from gateway.services.registry import ChatRun, Connection
 from gateway.services.streams import LogEntry
 from transports.base import SlowReaderGuard, Transport, adapt_entry, stop_runs
-from transports.handling import client_major, read_chat_request, refused, respond, stop_chat
+from transports.handling import client_major, public_origin, read_chat_request, refused, respond, stop_chat
 
 __all__ = ["SSETransport", "caller_of", "chat_post", "chat_resume", "chat_stop", "client_major", "slow_reader_guard"]
 
@@ -190,7 +190,8 @@ async def _start_run(request: web.Request, request_id: str, conn: Connection) ->
     its own, so that the parsed body is let go once the run has started."""
     body = await _read_body(request)
     ctx = RequestContext(user_id=caller_of(request, body.model_extra), request_id=request_id,
-                         major=client_major(request.headers))
+                         major=client_major(request.headers),
+                         origin=public_origin(request.scheme, request.host, request.app[SETTINGS]))
     structlog.contextvars.bind_contextvars(chat_id=body.id)
     return await request.app[SERVICE].start(body, ctx, conn), ctx
 

@@ -72,7 +72,7 @@ from gateway.services.streams import Follower, LogEntry, StreamLog
 from gateway.tracing import frame_span
 from transports import door
 from transports.base import SlowReaderGuard, Transport, adapt_entry, deliver, stop_runs
-from transports.sse import client_major
+from transports.handling import client_major, public_origin
 
 if TYPE_CHECKING:
     from gateway.config import Settings
@@ -374,7 +374,9 @@ class SocketSession:
                 await self.send(encoding.ws_error(request_id, "This frame's credential does not match the "
                                                   "socket's user.", "unauthorized"))
                 return None
-        return RequestContext(user_id=self.user_id, request_id=request_id, major=client_major(merged))
+        handshake = self.http_request
+        return RequestContext(user_id=self.user_id, request_id=request_id, major=client_major(merged),
+                              origin=public_origin(handshake.scheme, handshake.host, self.settings))
 
     async def _refuse_duplicate(self, request_id: str) -> bool:
         """Refuses a `send` or `resume` whose requestId names a response still running on this socket."""

@@ -219,6 +219,15 @@ class SourceUrl(Chunk):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SourceDocument(Chunk):
+    type: ClassVar[str] = "source-document"
+    sourceId: str
+    mediaType: str
+    title: str
+    filename: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class File(Chunk):
     type: ClassVar[str] = "file"
     url: str

@@ -1,51 +1,55 @@
-"""Agent events -> UI message chunks, for chat responses and live turns. Pure: no I/O, no asyncio.
+"""Agent events -> UI message chunks, for chat responses and live turns alike. Pure: no I/O, no asyncio.
 
-Both read the core's events (`gateway.core.events`; `agents.events` adapts ADK's) and write
-through a `MessageWriter`, which keeps the part bookkeeping. The rules both follow are here once:
-what a tool's result means (`write_tool_result`: ADK's rejection and the interrupt result are
-denials, a lone `error` is a tool error, anything else the output), how what the approval book
-decides is shown (`write_shown`), how a file is sent (`write_file`), which error text reaches a
-client (`safe_error_text`) and how ADK's finish reasons map to the AI SDK's (`map_finish_reason`).
+One `MessageConverter` writes one assistant message: a chat response (one POST, or one WebSocket
+`send`), or one model turn of a live session. It is fed the core's events (`gateway.core.events`;
+`agents.events` reads ADK's) in order and returns, for each, the chunks to send and the *effects*
+the caller acts on; it writes through a `MessageWriter`, which keeps the part bookkeeping. The two
+kinds of message differ only in how steps are cut and what an error does (`Mode`).
 
-Chat: `ResponseConverter`
--------------------------
-One converter lives for one response (one POST, or one WebSocket `send`) and is fed the run's
-events in order. It returns, for each event, the chunks to send and the *effects* the caller must
-act on (an approval to issue, a browser tool to wait for).
+The rules, once for both:
 
-- A model call is one step. ADK gives every partial event of a model call the same event id as
-  its final aggregated event, so a new model event id opens a step and closes the previous one.
-  Function responses that arrive before the first model event (a continuation after an
-  approval) are written before any step, as the AI SDK's own server does.
-- Text and thoughts stream as deltas; the final aggregated event repeats all text, so when
-  partials were seen for that event id, its text is skipped.
-- ADK's `adk_request_confirmation` calls never reach the client as tools: they become
-  `NeedsApproval` effects for the original call, and ADK's placeholder response ("requires
-  confirmation") is hidden.
-- Browser tools are announced without `providerExecuted`; server tools (and browser tools the
-  chat refuses) with it.
-- A call shows one outcome: `reported` (the chat book's) records each tool result and says
-  whether it is new; one that is not (ADK's rejection of an approval that had expired) is not
-  shown. What the book decides outside the events — an approval request, outcomes shown before
-  the run — is written with `show`.
-- An error event ends the response with an `error` chunk; `finish()` ends it otherwise, with the
-  reason mapped from the model's (`tool-calls` while a call waits for the client).
+- Steps: in a chat a model call is one step (every partial event of a call shares its final
+  event's id); in a live turn the step opens with the first output and ends when a call waits for
+  the client. Whenever a step's author differs from the previous step's (the first step included)
+  the step opens with a `data-agent` part naming it. Function responses that arrive before the
+  first model event (a continuation after an approval) are written before any step, as the AI
+  SDK's own server does.
+- Text and thoughts stream as deltas; the aggregated copy that follows them (ADK's final event,
+  a live turn's full text or transcript) is skipped and ends the part.
+- Tool calls: a browser tool is announced without `providerExecuted` (the client answers it), a
+  server tool with it (also a browser tool the chat refuses: the caller's `tools` says how each
+  tool is shown). Each announced call is a `CallAnnounced` effect: the caller's approval book
+  decides what follows. A long-running tool that the client answers later (`ToolKind.long_running`) is
+  shown at the end of the response, with its interim result as a `data-tool-status` part: ADK calls
+  the model again after that result, and a stock client's `lastAssistantMessageIsCompleteWithToolCalls`
+  reads only the message's last step.
+- ADK's own requests never reach the client as tools: `adk_request_confirmation` becomes
+  `NeedsApproval` for the original call (its placeholder response is hidden), and
+  `adk_request_credential` becomes `SignInRequested`, which the caller shows with `sign_in` (the
+  tool's placeholder response is hidden; a tool still asking after a sign-in failed).
+- A call shows one outcome: `reported` (the approval book's) records each tool result and says
+  whether it is new. What the book decides outside the events is written with `show`.
+- What a whole response carries besides its parts: its usage (each model call counted once, from
+  its final response), its grounding (`source-url` / `source-document` parts and the search
+  suggestions as `data-search-suggestions`, each once a message), state changes to the keys the
+  client sees (`data-state`, one id, updated in place) and saved artifacts (`ArtifactSaved`: the
+  caller writes the `file` part with a link it signs).
+- The message ends with `finish` (its reason mapped from the model's, or `tool-calls` while a
+  call waits for the client) whose metadata carries the usage, the model, when the message began
+  and the last agent; or with an `error` chunk (in a chat it ends the message; a live turn still
+  finishes), or `abort`.
 
-Live: `LiveTurn`
-----------------
-One model turn of a live session is one complete UI message. ADK gives every live response a
-fresh event id, so a turn's step is not tied to event ids: it opens with the first model output
-and closes when a call waits for the client (`LiveTurn.pause`) or at the turn's end. The model's
-speech transcript and its text become text parts (partials stream; the aggregated copy that
-follows is skipped), audio becomes transient `data-pcm` chunks, the user's speech a
-`data-transcription` part with a stable id, updated as it grows. Tool calls and responses go to
-the session, whose approval book (`LiveBook`) decides about them; the turn writes what it decides
-(`tool_call`, `tool_result`, `show`).
+The rules both messages and the chat's continuations share are module functions: what a tool's
+result means (`write_tool_result`: ADK's rejection and the interrupt result are denials, a lone
+`error` is a tool error, anything else the output), how what the approval book decides is shown
+(`write_shown`), how a file is sent (`write_file`), which error text reaches a client
+(`safe_error_text`) and how ADK's finish reasons map to the AI SDK's (`map_finish_reason`).
 """
 
 from __future__ import annotations
 
 import base64
+import enum
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -61,18 +65,23 @@ from gateway.core.events import (
     InlineData,
     Text,
     Transcription,
+    Usage,
 )
-from gateway.core.kinds import CONFIRMATION_TOOL, PLACEHOLDER_ERROR, ToolKind
+from gateway.core.kinds import CONFIRMATION_TOOL, CREDENTIAL_TOOL, PLACEHOLDER_ERROR, ToolKind
 from gateway.core.pcm import OUTPUT_RATE
-from gateway.core.writer import MessageWriter
+from gateway.core.writer import MessageWriter, json_safe
 
 __all__ = [
     "MAX_ERROR_TEXT",
-    "BrowserCall",
+    "SIGN_IN_FAILED",
+    "ArtifactSaved",
+    "CallAnnounced",
     "ConversionResult",
-    "LiveTurn",
+    "Effect",
+    "MessageConverter",
+    "Mode",
     "NeedsApproval",
-    "ResponseConverter",
+    "SignInRequested",
     "is_denial",
     "map_finish_reason",
     "message_replay_chunks",
@@ -190,26 +199,49 @@ def _audio_rate(mime_type: str) -> int:
     return int(match.group(1)) if match else OUTPUT_RATE
 
 
-# --- chat ------------------------------------------------------------------------------------------
+# --- effects: what the caller acts on -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CallAnnounced:
+    """A tool call was shown. `client`: the client answers it (a browser tool, or a long-running
+    tool whose result comes later); the caller's approval book decides what follows."""
+
+    tool_call_id: str
+    tool_name: str
+    input: Any
+    client: bool
 
 
 @dataclass(frozen=True, slots=True)
 class NeedsApproval:
+    """ADK asks to confirm a server tool's call (`confirmation_id`: its confirmation call)."""
+
     tool_call_id: str
     tool_name: str
-    confirmation_id: str | None  # ADK's confirmation call id (server tools)
-    browser: bool
+    confirmation_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
-class BrowserCall:
-    """A browser tool the client must run now (no approval needed)."""
+class SignInRequested:
+    """ADK asks the user to sign in for a tool: `tool_call_id` is ADK's `adk_request_credential`
+    call, `for_call_id` the tool's own call, `auth_config` what ADK asks for (the caller shows it
+    with `MessageConverter.sign_in`)."""
 
     tool_call_id: str
-    tool_name: str
+    for_call_id: str
+    auth_config: Mapping[str, Any]
 
 
-Effect = NeedsApproval | BrowserCall
+@dataclass(frozen=True, slots=True)
+class ArtifactSaved:
+    """A tool saved an artifact version (the caller shows it with `MessageConverter.file`)."""
+
+    name: str
+    version: int
+
+
+Effect = CallAnnounced | NeedsApproval | SignInRequested | ArtifactSaved
 
 
 @dataclass(slots=True)
@@ -218,48 +250,98 @@ class ConversionResult:
     effects: list[Effect] = field(default_factory=list)
 
 
+class Mode(enum.Enum):
+    """How a message's steps are cut, and what ends it.
+
+    CHAT: one response to one request. A model call is one step (every partial event of a call
+    shares the final event's id, so a new id opens the next step); an error ends the message.
+    LIVE: one model turn of a live session. ADK gives every live response a fresh id, so the turn's
+    step opens with its first output and ends when a call waits for the client (`show` of an
+    approval, `pause`) or with the turn; an error is shown and the turn still ends with `finish`.
+    """
+
+    CHAT = "chat"
+    LIVE = "live"
+
+
 def _any_kind(_name: str) -> ToolKind:
     return ToolKind()
 
 
-class ResponseConverter:
-    """Converts the events of one chat response; see the module docstring."""
+# Names of ADK's own calls that are requests to the client, not tools of the agent.
+_ADK_REQUESTS: Final = frozenset({CONFIRMATION_TOOL, CREDENTIAL_TOOL})
+SIGN_IN_FAILED: Final = "The sign-in did not complete; the tool could not run."
 
-    __slots__ = ("_announced", "_awaiting_client", "_last_finish", "_model_event_id", "_out", "_streamed",
-                 "_writer", "message_id", "refused_tools", "reported", "tool_kinds")
+
+class MessageConverter:
+    """Converts one assistant message's events (a chat response, or a live turn) into chunks.
+
+    `tools` says how each tool is shown (its effective kind: a tool the chat refuses is a server
+    tool); `reported` (the approval book's) records each tool result and says whether it is new.
+    `agent`, `usage` and `created_at` carry what an earlier response of the same message said
+    (a continuation); `client_state` holds the session state keys the client sees, with their
+    current values (None: none). See the module docstring for the rules."""
+
+    __slots__ = ("_announced", "_artifacts", "_awaiting_client", "_client_state", "_created_at", "_deferred",
+                 "_last_finish", "_model", "_out", "_reasoning_streamed", "_search_html", "_sign_ins",
+                 "_sources", "_step_event_id", "_text_streamed", "_transcript_streamed", "_user_part",
+                 "_user_text", "_writer", "agent", "message_id", "mode", "model_output", "reported", "tools")
 
     def __init__(
         self,
         message_id: str | None = None,
-        tool_kinds: Callable[[str], ToolKind] = _any_kind,
-        # Tools the chat refuses without asking; announced as server-run so the client never runs them.
-        refused_tools: frozenset[str] = frozenset(),
-        # Records a call's outcome and says whether it is new (`ApprovalBook.reported`): a call
-        # shows one outcome, e.g. not ADK's rejection of an approval that had already expired.
+        *,
+        mode: Mode = Mode.CHAT,
+        tools: Callable[[str], ToolKind] = _any_kind,
         reported: Callable[[str, CallState], bool] | None = None,
+        agent: str | None = None,
+        usage: Mapping[str, int] | None = None,
+        created_at: int | None = None,
+        client_state: Mapping[str, Any] | None = None,
     ) -> None:
         self.message_id = message_id
-        self.tool_kinds = tool_kinds
-        self.refused_tools = refused_tools
+        self.mode = mode
+        self.tools = tools
         self.reported = reported
+        self.agent = agent  # the author of the message's last step
+        self.model_output = False  # the model said something in this message
         self._out: list[c.Chunk] = []
         self._writer = MessageWriter(self._out.append, message_id=message_id)
-        self._model_event_id: str | None = None
-        self._streamed: set[str] = set()  # model event ids whose text came as partials
-        self._announced: dict[str, str] = {}  # call id -> tool name
+        if usage:
+            self._writer.add_usage(Usage(usage.get("inputTokens", 0), usage.get("outputTokens", 0),
+                                         usage.get("totalTokens", 0)))
+        self._created_at = created_at
+        self._model: str | None = None
+        self._client_state = dict(client_state) if client_state is not None else None
+        self._step_event_id: str | None = None
+        self._text_streamed = False
+        self._reasoning_streamed = False
+        self._transcript_streamed = False
+        self._announced: dict[str, str] = {}  # call id -> tool name, in the order shown
         self._awaiting_client: set[str] = set()
+        self._deferred: dict[str, tuple[FunctionCall, Any]] = {}  # long-running calls -> (call, interim result)
+        self._sign_ins: set[str] = set()  # the tools' calls a sign-in was asked for in this response
+        self._sources: set[tuple[str | None, str]] = set()
+        self._search_html: set[str] = set()
+        self._artifacts: set[tuple[str, int]] = set()
         self._last_finish: str | None = None
+        self._user_text = ""
+        self._user_part = 0
 
     def _take(self) -> list[c.Chunk]:
         out = self._out[:]
         self._out.clear()
         return out
 
-    # --- public ----------------------------------------------------------------------------------
+    # --- state -----------------------------------------------------------------------------------
 
-    def start(self) -> list[c.Chunk]:
-        self._writer.start()
-        return self._take()
+    @property
+    def started(self) -> bool:
+        return self._writer.started
+
+    @property
+    def ended(self) -> bool:
+        return self._writer.ended
 
     @property
     def errored(self) -> bool:
@@ -267,273 +349,346 @@ class ResponseConverter:
 
     @property
     def usage(self) -> dict[str, int]:
-        """The response's token counts so far (what its `finish` reports)."""
+        """The message's token counts so far (each model call counted once)."""
         return self._writer.usage
 
     @property
+    def calls(self) -> list[str]:
+        """The calls this message announced, in order."""
+        return list(self._announced)
+
+    @property
     def awaiting_client(self) -> bool:
-        """True when the response ends waiting for an approval or a browser tool."""
-        return bool(self._awaiting_client)
+        """True when the message ends waiting for an approval or the client's tool result."""
+        return bool(self._awaiting_client or self._deferred)
 
     def await_client(self, tool_call_id: str) -> None:
         self._awaiting_client.add(tool_call_id)
 
+    def metadata(self) -> dict[str, Any]:
+        """The message's metadata as its end reports it: usage, the model, when it began, the agent."""
+        metadata: dict[str, Any] = {}
+        if self._writer.usage:
+            metadata["usage"] = self._writer.usage
+        if self._model:
+            metadata["model"] = self._model
+        if self._created_at is not None:
+            metadata["createdAt"] = self._created_at
+        if self.agent:
+            metadata["agent"] = self.agent
+        return metadata
+
+    # --- the message -----------------------------------------------------------------------------
+
+    def start(self) -> list[c.Chunk]:
+        self._writer.start()
+        return self._take()
+
     def convert(self, event: AgentEvent) -> ConversionResult:
-        writer = self._writer
-        writer.start()
+        """The chunks of one event, and what the caller must act on."""
         result = ConversionResult()
+        writer = self._writer
+        if self.mode is Mode.CHAT:
+            writer.start()
         # After the end (an `error` chunk) nothing more is sent: the client stops reading there.
         if not writer.ended and event.author != "user":
             self._convert(event, result)
         result.chunks = self._take()
         return result
 
-    def finish(self, reason: c.FinishReason | None = None, metadata: Any = None) -> list[c.Chunk]:
-        """Ends the response (nothing after an `error` chunk)."""
-        writer = self._writer
-        writer.start()
-        if not writer.ended:
-            if reason is None:
-                reason = "tool-calls" if self._awaiting_client else map_finish_reason(self._last_finish)
-            writer.finish(reason, metadata)
+    def show(self, items: Iterable[Shown]) -> list[c.Chunk]:
+        """What the approval book says to show the client (`write_shown`), in order; in a live
+        turn, a call that now waits for the client ends the step."""
+        for item in items:
+            write_shown(self._writer, item)
+            if self.mode is Mode.LIVE and isinstance(item, AwaitClient):
+                self._writer.finish_step()
         return self._take()
 
-    def error(self, text: str) -> list[c.Chunk]:
-        """Ends the response with an `error` chunk (its text scrubbed)."""
-        self._writer.error(safe_error_text(text))
+    def file(self, url: str, media_type: str) -> list[c.Chunk]:
+        """A file the agent made (an artifact version), at the link the caller gives it."""
+        self._writer.file(url, media_type)
+        return self._take()
+
+    def sign_in(self, tool_call_id: str, input: Mapping[str, Any]) -> list[c.Chunk]:
+        """Shows ADK's sign-in request as a tool part the client answers (`addToolOutput`) once
+        the user has signed in; `input` carries what to open (`authUri`)."""
+        self._writer.tool_call(tool_call_id, CREDENTIAL_TOOL, input, provider_executed=False)
+        self._announced[tool_call_id] = CREDENTIAL_TOOL
+        self._awaiting_client.add(tool_call_id)
+        return self._take()
+
+    def client_state(self, values: Mapping[str, Any]) -> list[c.Chunk]:
+        """Sets (and shows) the client's view of the session state, e.g. after a request's `state`."""
+        self._set_client_state(values)
+        return self._take()
+
+    def _set_client_state(self, values: Mapping[str, Any]) -> None:
+        """A `data-state` part (one id: the client updates it in place) with every key the client
+        sees, when `values` touches one of them."""
+        shown = self._client_state
+        if shown is None:
+            return
+        touched = {key: value for key, value in values.items() if key in shown}
+        if touched:
+            shown.update(json_safe(touched))
+            self._writer.data("state", dict(shown), part_id="state")
+
+    def user_transcription(self, transcription: Transcription) -> list[c.Chunk]:
+        """The user's speech so far (live): one `data-transcription` part per utterance, replaced as
+        it grows."""
+        text = transcription.text
+        if text or transcription.finished:
+            self._user_text = text if transcription.finished else self._user_text + text
+            self._writer.data("transcription", {"role": "user", "text": self._user_text,
+                                                "finished": transcription.finished},
+                              part_id=f"{self.message_id}-user-{self._user_part}")
+            if transcription.finished:
+                self._user_text = ""
+                self._user_part += 1
+        return self._take()
+
+    def pause(self) -> list[c.Chunk]:
+        """A call waits for the client (live): the step ends here (the answer opens the next one)."""
+        self._writer.finish_step()
+        return self._take()
+
+    def close_parts(self) -> list[c.Chunk]:
+        self._writer.close_parts()
+        return self._take()
+
+    def finish(self, reason: c.FinishReason | None = None, metadata: Mapping[str, Any] | None = None
+               ) -> list[c.Chunk]:
+        """Ends the message with `finish` and its metadata (`metadata`: more of it), unless it
+        ended already. Without a reason: `tool-calls` while a call waits for the client, else the
+        model's."""
+        writer = self._writer
+        if not writer.ended:
+            writer.start()
+            self._write_deferred()
+            if reason is None:
+                reason = "tool-calls" if self.awaiting_client else map_finish_reason(self._last_finish)
+            writer.finish(reason, {**self.metadata(), **(metadata or {})} or None)
+        return self._take()
+
+    def error(self, text: str | None, *, final: bool | None = None) -> list[c.Chunk]:
+        """An `error` chunk (its text scrubbed). `final` (default: in a chat) ends the message;
+        a live turn goes on, to end with `finish`."""
+        self._write_deferred()
+        self._writer.error(safe_error_text(text), final=self.mode is Mode.CHAT if final is None else final)
         return self._take()
 
     def abort(self, reason: str | None = None) -> list[c.Chunk]:
-        """Ends a response that was stopped with `abort`."""
+        """Ends a message that was stopped with `abort`."""
+        self._write_deferred()
         self._writer.abort(reason)
-        return self._take()
-
-    def show(self, items: Iterable[Shown]) -> list[c.Chunk]:
-        """What the approval book says to show the client (`write_shown`), in order."""
-        for item in items:
-            write_shown(self._writer, item)
         return self._take()
 
     # --- events ----------------------------------------------------------------------------------
 
     def _convert(self, event: AgentEvent, result: ConversionResult) -> None:
-        writer = self._writer
         if event.error_code or event.error_message:
-            writer.error(safe_error_text(event.error_message or event.error_code))
+            self._write_deferred()
+            self._writer.error(safe_error_text(event.error_message or event.error_code),
+                               final=self.mode is Mode.CHAT)
             return
-        if event.usage is not None:
-            writer.add_usage(event.usage)
-        parts = event.parts
-        if not parts:
-            return
-        if any(isinstance(part, FunctionResponse) for part in parts):
-            self._function_responses(event, result)
-        elif event.role == "model" or event.role is None:
+        if event.output_transcription is not None:
+            self._model_transcription(event.output_transcription, event)
+        model_parts = responses = False
+        for part in event.parts:
+            if isinstance(part, FunctionResponse):
+                responses = True
+            elif isinstance(part, FunctionCall) and part.name in _ADK_REQUESTS:
+                self._adk_request(part, result)
+            else:
+                model_parts = True
+        if model_parts and event.role in ("model", None):
             self._model_event(event, result)
+        if responses:
+            self._function_responses(event)
+        if event.partial:
+            return
+        # What a whole response says besides its parts: its tokens, sources, state and files.
+        if event.usage is not None and self._writer.started:
+            self._writer.add_usage(event.usage)
+        if event.sources or event.search_suggestions:
+            self._grounding(event)
+        if self._client_state is not None and event.state_delta:
+            self._set_client_state(event.state_delta)
+        for name, version in (event.artifact_delta or {}).items():
+            if (name, version) not in self._artifacts:
+                self._artifacts.add((name, version))
+                result.effects.append(ArtifactSaved(name, version))
 
-    def _browser(self, name: str) -> bool:
-        return self.tool_kinds(name).browser and name not in self.refused_tools
+    def _enter_step(self, event: AgentEvent) -> MessageWriter:
+        """The step the event's model output belongs to (see `Mode`); a new author is named first."""
+        writer = self._writer
+        if self.mode is Mode.CHAT and (event.id != self._step_event_id or not writer.in_step):
+            writer.finish_step()
+            self._step_event_id = event.id
+            writer.scope = event.id or "x"
+            self._text_streamed = self._reasoning_streamed = False
+        if not writer.in_step:
+            writer.start_step()
+            author = event.author
+            if author and author != self.agent:
+                self.agent = author
+                writer.data("agent", {"name": author})
+        self.model_output = True
+        return writer
 
     def _model_event(self, event: AgentEvent, result: ConversionResult) -> None:
-        writer = self._writer
-        parts = event.parts
-        if all(isinstance(part, FunctionCall) and part.name == CONFIRMATION_TOOL for part in parts):
-            # ADK's own confirmation event: not a model step, only approval requests.
-            for part in parts:
-                self._confirmation(part, result)  # type: ignore[arg-type]
-            return
-        if event.id != self._model_event_id or not writer.in_step:
-            writer.finish_step()
-            writer.start_step()
-            self._model_event_id = event.id
-            writer.scope = event.id or "x"
+        writer = self._enter_step(event)
         partial = event.partial
-        if partial:
-            self._streamed.add(event.id)
-        skip_text = not partial and event.id in self._streamed
-        for part in parts:
+        chat = self.mode is Mode.CHAT
+        for part in event.parts:
             if isinstance(part, Text):
-                if not skip_text:
-                    (writer.reasoning if part.thought else writer.text)(part.text)
+                self._text(part, partial)
+            elif isinstance(part, InlineData) and part.mime_type.startswith("audio/pcm"):
+                # Live audio comes in partial responses only; a chat's repeats in its final one.
+                if not (chat and partial):
+                    writer.data("pcm", pcm_chunk_data(part.data, _audio_rate(part.mime_type)), transient=True)
             elif partial:
                 continue  # calls and files come whole in the final event
             elif isinstance(part, FunctionCall):
-                if part.name == CONFIRMATION_TOOL:
-                    self._confirmation(part, result)
-                else:
-                    self._function_call(part, result)
+                if part.name not in _ADK_REQUESTS:
+                    self._function_call(part, event, result)
+            elif isinstance(part, FunctionResponse):
+                continue
             elif isinstance(part, InlineData | FileData):
                 write_file(writer, part)
         if not partial:
-            writer.close_parts()
+            if chat:
+                writer.close_parts()
             if event.finish_reason is not None:
                 self._last_finish = event.finish_reason
+            if event.model:
+                self._model = event.model
 
-    def _function_call(self, call: FunctionCall, result: ConversionResult) -> None:
+    def _text(self, part: Text, partial: bool) -> None:
+        """A text or thought part. Streamed partials are written as deltas; the aggregated copy
+        that follows them repeats them, so it is skipped (it ends the part)."""
+        writer = self._writer
+        if partial:
+            if part.thought:
+                self._reasoning_streamed = True
+                writer.reasoning(part.text)
+            else:
+                self._text_streamed = True
+                writer.text(part.text)
+        elif part.thought and self._reasoning_streamed:
+            self._reasoning_streamed = False
+            writer.end_reasoning()
+        elif not part.thought and self._text_streamed:
+            self._text_streamed = False
+            writer.end_text()
+        elif part.text:
+            (writer.reasoning if part.thought else writer.text)(part.text)
+            writer.close_parts()
+
+    def _model_transcription(self, transcription: Transcription, event: AgentEvent) -> None:
+        """The model's speech as text (live): partials stream; the finished copy ends the part."""
+        text = transcription.text
+        if transcription.finished:
+            if self._transcript_streamed:
+                self._transcript_streamed = False
+                self._writer.close_parts()
+            elif text:
+                self._enter_step(event).text(text)
+                self._writer.close_parts()
+        elif text:
+            self._transcript_streamed = True
+            self._enter_step(event).text(text)
+
+    def _function_call(self, call: FunctionCall, event: AgentEvent, result: ConversionResult) -> None:
         call_id = call.id or self._writer.next_id("call")
         name = call.name or "unknown"
-        browser = self._browser(name)
-        self._writer.tool_call(call_id, name, call.args, provider_executed=not browser)
-        self._announced[call_id] = name
-        if browser:
-            self._awaiting_client.add(call_id)
-            if self.tool_kinds(name).needs_approval:
-                result.effects.append(NeedsApproval(call_id, name, None, browser=True))
-            else:
-                result.effects.append(BrowserCall(call_id, name))
-
-    def _confirmation(self, call: FunctionCall, result: ConversionResult) -> None:
-        original = call.args.get("originalFunctionCall") or {}
-        original_id = original.get("id")
-        if not original_id:
+        kind = self.tools(name)
+        if self.mode is Mode.CHAT and kind.long_running and not kind.browser:
+            # A long-running tool the client answers later. ADK calls the model again after the
+            # tool's interim result, in new steps, but `lastAssistantMessageIsCompleteWithToolCalls`
+            # reads only the message's last step: the call is shown at the end of the response.
+            self._deferred[call_id] = (FunctionCall(call_id, name, call.args), None)
+            self._announced[call_id] = name
+            result.effects.append(CallAnnounced(call_id, name, json_safe(call.args), client=True))
             return
-        name = str(original.get("name") or self._announced.get(original_id, "unknown"))
-        self._awaiting_client.add(original_id)
-        result.effects.append(NeedsApproval(original_id, name, call.id, browser=False))
+        client = kind.browser
+        announced = self._writer.tool_call(call_id, name, call.args, provider_executed=not client)
+        self._announced[call_id] = name
+        if client:
+            self._awaiting_client.add(call_id)
+        result.effects.append(CallAnnounced(call_id, name, announced, client=client))
 
-    def _function_responses(self, event: AgentEvent, result: ConversionResult) -> None:
+    def _write_deferred(self) -> None:
+        """The long-running calls held for the message's last step, each with its interim result."""
+        writer = self._writer
+        if not self._deferred or writer.ended:
+            return
+        for call_id, (call, interim) in self._deferred.items():
+            writer.tool_call(call_id, call.name, call.args, provider_executed=False)
+            self._awaiting_client.add(call_id)
+            if interim is not None:
+                writer.data("tool-status", {"toolCallId": call_id, "toolName": call.name, "output": interim},
+                            part_id=f"tool-status-{call_id}")
+        self._deferred.clear()
+
+    def _adk_request(self, call: FunctionCall, result: ConversionResult) -> None:
+        """ADK's own requests to the client: a confirmation of a server tool's call, or a sign-in."""
+        args = call.args
+        if call.name == CONFIRMATION_TOOL:
+            original = args.get("originalFunctionCall") or {}
+            original_id = original.get("id")
+            if original_id:
+                name = str(original.get("name") or self._announced.get(original_id, "unknown"))
+                self._awaiting_client.add(original_id)
+                result.effects.append(NeedsApproval(original_id, name, call.id))
+            return
+        for_call = str(args.get("functionCallId") or "")
+        config = args.get("authConfig")
+        if call.id and isinstance(config, Mapping):
+            self._sign_ins.add(for_call)
+            result.effects.append(SignInRequested(call.id, for_call, config))
+
+    def _function_responses(self, event: AgentEvent) -> None:
         requested = event.requested_confirmations
         for part in event.parts:
-            if not isinstance(part, FunctionResponse) or part.name == CONFIRMATION_TOOL:
+            if not isinstance(part, FunctionResponse) or part.name in _ADK_REQUESTS:
                 continue
             call_id = part.id or ""
             payload = part.response
             if call_id in requested or (len(payload) == 1 and payload.get("error") == PLACEHOLDER_ERROR):
                 continue
+            deferred = self._deferred.get(call_id)
+            if deferred is not None:  # a long-running tool's interim result
+                self._deferred[call_id] = (deferred[0], json_safe(payload))
+                continue
+            if call_id in event.requested_sign_ins:
+                if call_id in self._sign_ins:
+                    continue  # the tool waits for the sign-in this response asks for
+                # Asked again after a sign-in: ADK could not get the credential (a failed exchange).
+                payload = {"error": SIGN_IN_FAILED}
             self._awaiting_client.discard(call_id)
             if self.reported is not None and not self.reported(call_id, result_outcome(payload)):
                 continue
-            write_tool_result(self._writer, call_id, payload, provider_executed=not self._browser(part.name))
+            write_tool_result(self._writer, call_id, payload, provider_executed=not self.tools(part.name).browser)
 
-
-# --- live ------------------------------------------------------------------------------------------
-
-
-class LiveTurn:
-    """One model turn of a live session (one UI message); see the module docstring.
-
-    The session creates one per turn and drops it once it has ended; `writer.started` says
-    whether anything of it reached the log yet.
-    """
-
-    __slots__ = ("_reasoning_streamed", "_text_streamed", "_transcript_streamed", "_user_part", "_user_text",
-                 "calls", "message_id", "model_output", "writer")
-
-    def __init__(self, emit: Callable[[c.Chunk], None], message_id: str) -> None:
-        self.message_id = message_id
-        self.writer = MessageWriter(emit, message_id=message_id)
-        self.model_output = False  # the model said something in this turn
-        self.calls: list[str] = []  # the tool calls announced in it
-        self._text_streamed = False
-        self._reasoning_streamed = False
-        self._transcript_streamed = False
-        self._user_text = ""
-        self._user_part = 0
-
-    def _step(self) -> MessageWriter:
-        self.model_output = True
-        self.writer.start_step()
-        return self.writer
-
-    def model_event(
-        self,
-        event: AgentEvent,
-        on_call: Callable[[FunctionCall], None],
-        on_response: Callable[[FunctionResponse], None],
-    ) -> None:
-        """Writes the event's transcript, text, audio and files, in order; its tool calls (whole,
-        in final events) and responses go to `on_call` / `on_response`, which decide about them."""
-        if event.output_transcription is not None:
-            self._model_transcription(event.output_transcription)
-        partial = event.partial
-        for part in event.parts:
-            if isinstance(part, Text):
-                self._model_text(part.text, part.thought, partial)
-            elif isinstance(part, FunctionResponse):
-                on_response(part)
-            elif isinstance(part, FunctionCall):
-                if not partial:
-                    on_call(part)
-            elif isinstance(part, InlineData) and part.mime_type.startswith("audio/pcm"):
-                self._step().data("pcm", pcm_chunk_data(part.data, _audio_rate(part.mime_type)), transient=True)
-            elif not partial and (isinstance(part, InlineData) or part.uri):
-                write_file(self._step(), part)
-        if event.usage is not None and self.writer.started:
-            self.writer.add_usage(event.usage)
-
-    def user_transcription(self, transcription: Transcription) -> None:
-        """The user's speech so far: one `data-transcription` part per utterance, replaced as it grows."""
-        text = transcription.text
-        if not text and not transcription.finished:
-            return
-        self._user_text = text if transcription.finished else self._user_text + text
-        self.writer.data("transcription", {"role": "user", "text": self._user_text,
-                                           "finished": transcription.finished},
-                         part_id=f"{self.message_id}-user-{self._user_part}")
-        if transcription.finished:
-            self._user_text = ""
-            self._user_part += 1
-
-    def _model_transcription(self, transcription: Transcription) -> None:
-        text = transcription.text
-        if transcription.finished:
-            if self._transcript_streamed:  # the aggregated copy of what streamed: it ends the part
-                self._transcript_streamed = False
-                self.writer.close_parts()
-            elif text:
-                self._step().text(text)
-                self.writer.close_parts()
-        elif text:
-            self._transcript_streamed = True
-            self._step().text(text)
-
-    def _model_text(self, text: str, thought: bool, partial: bool) -> None:
-        writer = self._step()
-        if partial:
-            if thought:
-                self._reasoning_streamed = True
-                writer.reasoning(text)
+    def _grounding(self, event: AgentEvent) -> None:
+        """Sources of a grounded response, and the search suggestions shown with it; each once a
+        message (ADK repeats the grounding on the last partial and the final response)."""
+        writer = self._writer
+        for source in event.sources:
+            key = (source.url, source.title)
+            if key in self._sources:
+                continue
+            self._sources.add(key)
+            if source.url is not None:
+                writer.source_url(writer.next_id("source"), source.url, source.title)
             else:
-                self._text_streamed = True
-                writer.text(text)
-        elif thought and self._reasoning_streamed:  # the aggregated copy: skipped, but it ends the part
-            self._reasoning_streamed = False
-            writer.end_reasoning()
-        elif not thought and self._text_streamed:
-            self._text_streamed = False
-            writer.end_text()
-        elif text:
-            (writer.reasoning if thought else writer.text)(text)
-            writer.close_parts()
-
-    def tool_call(self, call: FunctionCall, *, browser: bool) -> tuple[str, str, Any]:
-        """Announces a call; returns its (id, name, input) as announced."""
-        call_id = call.id or self.writer.next_id("call")
-        name = call.name or "unknown"
-        announced = self._step().tool_call(call_id, name, call.args, provider_executed=not browser)
-        self.calls.append(call_id)
-        return call_id, name, announced
-
-    def tool_result(self, call_id: str, payload: Mapping[str, Any], *, browser: bool) -> None:
-        write_tool_result(self.writer, call_id, payload, provider_executed=not browser)
-
-    def pause(self) -> None:
-        """A call waits for the client: the step ends here (the answer opens the next one)."""
-        self.writer.finish_step()
-
-    def show(self, item: Shown) -> None:
-        """What the approval book says to show (`write_shown`); a call that now waits for the
-        client ends the step."""
-        write_shown(self.writer, item)
-        if isinstance(item, AwaitClient):
-            self.pause()
-
-    def error(self, message: str | None) -> None:
-        """The model failed: an `error` chunk; the turn then ends with `finish` (`error`)."""
-        self.writer.error(safe_error_text(message), final=False)
-
-    def end(self, reason: c.FinishReason) -> None:
-        self.writer.finish(reason)
+                writer.source_document(writer.next_id("source"), source.title or "document")
+        html = event.search_suggestions
+        if html and html not in self._search_html:
+            self._search_html.add(html)
+            writer.data("search-suggestions", {"html": html})
 
 
 # --- replays ---------------------------------------------------------------------------------------

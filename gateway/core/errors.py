@@ -6,6 +6,7 @@
     │       └── HistoryTooLong        413     history_too_long
     ├── Unauthorized                  401     unauthorized (with WWW-Authenticate: Bearer)
     ├── ApprovalInvalid               403     approval_invalid
+    ├── LinkRefused                   403     link_refused      (a signed link changed or expired)
     ├── OriginRefused                 403     origin_refused
     ├── UnsupportedMediaType          415     unsupported_media_type
     ├── ChatBusy                      409     chat_busy
@@ -42,6 +43,7 @@ __all__ = [
     "GatewayError",
     "HistoryTooLong",
     "LimitReached",
+    "LinkRefused",
     "ModelTimedOut",
     "NotFound",
     "OriginRefused",
@@ -142,6 +144,12 @@ class ApprovalInvalid(GatewayError):
     code = "approval_invalid"
     close_code = CloseCode.POLICY_VIOLATION
     default_message = "This approval was not issued for this chat, or was already answered."
+
+
+class LinkRefused(GatewayError):
+    status = 403
+    code = "link_refused"
+    default_message = "This link is not valid (changed, or expired)."
 
 
 class OriginRefused(GatewayError):

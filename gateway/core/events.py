@@ -20,6 +20,7 @@ __all__ = [
     "FunctionResponse",
     "InlineData",
     "Part",
+    "Source",
     "Text",
     "Transcription",
     "Usage",
@@ -84,6 +85,15 @@ class Usage:
     total_tokens: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Source:
+    """A source a grounded answer cites: a web page (`url`, http or https) or a document the
+    agent retrieved (`url` None: a corpus file, a datastore entry)."""
+
+    title: str
+    url: str | None = None
+
+
 NO_IDS: frozenset[str] = frozenset()
 
 
@@ -109,5 +119,11 @@ class AgentEvent:
     finish_reason: str | None = None
     usage: Usage | None = None
     requested_confirmations: frozenset[str] = NO_IDS
+    requested_sign_ins: frozenset[str] = NO_IDS
+    model: str | None = None
+    sources: tuple[Source, ...] = ()
+    search_suggestions: str | None = None
+    state_delta: Mapping[str, Any] | None = None
+    artifact_delta: Mapping[str, int] | None = None
     input_transcription: Transcription | None = None
     output_transcription: Transcription | None = None

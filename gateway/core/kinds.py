@@ -10,18 +10,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["CONFIRMATION_TOOL", "PLACEHOLDER_ERROR", "ToolKind"]
+__all__ = ["CONFIRMATION_TOOL", "CREDENTIAL_TOOL", "PLACEHOLDER_ERROR", "ToolKind"]
 
 # The function ADK calls to ask for a confirmation (its call carries `originalFunctionCall`).
 CONFIRMATION_TOOL: Final = "adk_request_confirmation"
+# The function ADK calls to ask the user to sign in for a tool (end-user OAuth2): its call carries
+# `functionCallId` (the tool's call) and `authConfig` (the sign-in to do).
+CREDENTIAL_TOOL: Final = "adk_request_credential"
 # ADK's stand-in response for a call waiting for its confirmation; never shown to a client.
 PLACEHOLDER_ERROR: Final = "This tool call requires confirmation, please approve or reject."
 
 
 @dataclass(frozen=True, slots=True)
 class ToolKind:
-    """How the gateway treats a tool: where it runs and whether the gateway asks first."""
+    """How the gateway treats a tool: where it runs, whether the gateway asks first, and whether
+    its result comes from the client later (a long-running tool the browser does not run: the
+    app answers it with `addToolOutput`)."""
 
     browser: bool = False
+    long_running: bool = False
     # Only browser tools are asked about by the gateway; server tools ask through ADK.
     needs_approval: bool = False

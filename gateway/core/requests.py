@@ -252,12 +252,14 @@ class PostedHistory(_Loose):
 class ChatRequest(PostedHistory):
     """The body `DefaultChatTransport` POSTs (extra body fields are allowed and kept). `app` (an
     extra body field of the transport's `body` option) names the app to answer; absent: the
-    default app."""
+    default app. `state` sets session state before the run (the keys the client may set)."""
 
     id: ChatId
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     messageId: str | None = Field(default=None, max_length=256)
     app: AppName | None = None
+    # Session state the client sets before the run (only `--client-state` keys).
+    state: dict[str, Any] | None = None
 
 
 class SendFrame(PostedHistory):

@@ -247,7 +247,21 @@ class MessageWriter:
         self.close_parts()
         self._emit(c.ToolOutputDenied(toolCallId=call_id))
 
-    # --- files and data --------------------------------------------------------------------------
+    # --- sources, files and data ------------------------------------------------------------------
+
+    def source_url(self, source_id: str, url: str, title: str | None = None) -> None:
+        if self.ended:
+            return
+        self.start_step()
+        self.close_parts()
+        self._emit(c.SourceUrl(sourceId=source_id, url=url, title=title or None))
+
+    def source_document(self, source_id: str, title: str, media_type: str = "text/plain") -> None:
+        if self.ended:
+            return
+        self.start_step()
+        self.close_parts()
+        self._emit(c.SourceDocument(sourceId=source_id, mediaType=media_type, title=title))
 
     def file(self, url: str, media_type: str) -> None:
         if self.ended:

@@ -72,23 +72,24 @@ from gateway.core.approval import (
     TIMEOUT_TEXT,
     ApprovalRefused,
     AwaitClient,
+    CallState,
     HeldAnswer,
     Hold,
     LiveApproval,
     LiveBook,
     LiveStep,
-    Permission,
+    ToolPolicy,
 )
-from gateway.core.converter import LiveTurn, map_finish_reason, result_outcome
+from gateway.core.converter import CallAnnounced, MessageConverter, Mode, map_finish_reason
 from gateway.core.errors import ApprovalInvalid
-from gateway.core.events import AgentEvent, FunctionCall, FunctionResponse
+from gateway.core.events import AgentEvent, FunctionCall
+from gateway.core.kinds import ToolKind
 from gateway.core.pcm import INPUT_RATE, float_to_pcm16, pcm16_to_float, validate_frame, validate_rate
 from gateway.core.requests import LiveApprovalFrame, LiveControlFrame, LiveTextFrame, LiveToolOutputFrame
 from gateway.core.resample import Resampler
 from gateway.core.vad import EnergyVad, VadEventKind
 from gateway.metrics import Metrics
 from gateway.services.streams import StreamLog
-from gateway.tracing import run_span
 
 if TYPE_CHECKING:
     from gateway.services.chat import ChatService
@@ -170,35 +171,22 @@ async def start_live(
         metrics=service.metrics,
     )
     # A live session holds its chat like a run: one answerer per chat at a time.
-    run = await service.registry.claim(key, conn, stream_log, live=True)
-    run.detached = False  # a live session never outlives its connection
-    try:
-        service.streams.add(stream_log)
-    except BaseException:
-        service.registry.release_unstarted(run)
-        raise
+    run, _ = await service.open_run(key, conn, stream_log, _nothing_to_prepare, live=True)
 
-    async def body() -> None:
-        # Counted apart from chat runs (`adk_gateway_runs_*`): a session lasts minutes and has
-        # turns of its own, so summed with chat runs it would skew their rates and durations.
-        started = time.monotonic()
-        service.metrics.live_sessions_started.inc()
-        span = run_span("live session", chat_id)
-        outcome = "stopped"  # unless it returns or fails: cancelled by a disconnect, a stop, shutdown
+    async def body() -> str:
         try:
             await session.run(deliver)
-            outcome = "ok"
         except Exception as exc:
-            outcome = "error"
             log.exception("live_failed", chat_id=chat_id, error=repr(exc))
-        finally:
-            service.metrics.live_sessions_finished.labels(outcome=outcome).inc()
-            service.metrics.live_session_seconds.observe(time.monotonic() - started)
-            if span is not None:
-                span.end(outcome)
+            return "error"
+        return "ok"
 
-    service.registry.start(run, body())
+    service.start_run(run, body, chat_id=chat_id, live=True)
     return LiveHandle(session, run)
+
+
+async def _nothing_to_prepare() -> None:
+    """(A live session reads its chat's session once it runs.)"""
 
 
 def _new_approval_id() -> str:
@@ -419,7 +407,7 @@ class LiveSession:
                     self._on_event(event)
         except Exception as exc:
             self._failure = exc
-            self._turn.error(FAILED_TEXT)
+            self._emit(self._turn.error(FAILED_TEXT))
             self._end_turn("error")
         finally:
             self._stop.set()
@@ -433,19 +421,20 @@ class LiveSession:
 
     # --- output: turns -----------------------------------------------------------------------
 
-    def _append(self, chunk: c.Chunk) -> None:
-        if not self.log.closed:
-            self.log.append(chunk.to_wire())
+    def _emit(self, chunks: list[c.Chunk]) -> None:
+        if chunks and not self.log.closed:
+            self.log.append_chunks(chunks)
 
-    def _new_turn(self) -> LiveTurn:
-        return LiveTurn(self._append, f"msg-{uuid.uuid4().hex}")
+    def _new_turn(self) -> MessageConverter:
+        return MessageConverter(f"msg-{uuid.uuid4().hex}", mode=Mode.LIVE, tools=self._tool_kind,
+                                reported=self._reported)
 
     def _end_turn(self, reason: c.FinishReason) -> None:
         """Ends the open turn (if anything of it was written) and starts afresh."""
         turn = self._turn
-        if not turn.writer.started:
+        if not turn.started:
             return
-        turn.end(reason)
+        self._emit(turn.finish(reason))
         self._turns += 1
         self._turn = self._new_turn()
         self._book.forget(turn.calls)
@@ -455,9 +444,9 @@ class LiveSession:
         already finished, when the client is slow), and the open turn ends now with its open calls."""
         self.log.discard_unread(PCM_CHUNK)
         turn = self._turn
-        if not turn.writer.started:
+        if not turn.started:
             return
-        turn.writer.close_parts()
+        self._emit(turn.close_parts())
         self._carry_out(self._book.cut(turn.calls))
         if turn.model_output:
             self._discarding = True
@@ -467,7 +456,7 @@ class LiveSession:
         if event.input_transcription is not None:
             # A new utterance: whatever the model still owed the cut turn is over.
             self._discarding = False
-            self._turn.user_transcription(event.input_transcription)
+            self._emit(self._turn.user_transcription(event.input_transcription))
             return
         if event.author == "user":
             return
@@ -476,11 +465,16 @@ class LiveSession:
             if event.interrupted or event.turn_complete:
                 self._discarding = False
             return
-        if event.error_code or event.error_message:
-            self._turn.error(event.error_message or event.error_code)
+        result = self._turn.convert(event)
+        self._emit(result.chunks)
+        if event.error_code or event.error_message:  # (shown: the turn ends with it)
             self._end_turn("error")
             return
-        self._turn.model_event(event, self._on_call, self._on_response)
+        for effect in result.effects:
+            if isinstance(effect, CallAnnounced):
+                # The model calls a tool: the book hears of it (and issues it, if the plugin holds it already).
+                self._carry_out(self._book.announce(effect.tool_call_id, effect.tool_name, browser=effect.client,
+                                                    input=effect.input, now=time.time()))
         if event.interrupted:
             self._end_turn("interrupted")
         elif event.turn_complete:
@@ -528,8 +522,10 @@ class LiveSession:
 
     async def _hold(self, tool_call_id: str, tool_name: str, *, browser: bool, hold: Hold) -> HeldAnswer:
         """Waits until the book resumes the call (or answers it at once); an approval waits at
-        most `approval_timeout_s` (0: no limit). The book always hears that the waiter is gone."""
-        step = self._book.hold(tool_call_id, tool_name, browser=browser, hold=hold, approval_id=_new_approval_id())
+        most until the book's deadline for it (`approval_timeout_s` after it was issued; 0: no
+        limit). The book always hears that the waiter is gone."""
+        step = self._book.hold(tool_call_id, tool_name, browser=browser, hold=hold, approval_id=_new_approval_id(),
+                               now=time.time())
         if step.answer is not None:
             return step.answer
         future: asyncio.Future[HeldAnswer] = asyncio.get_running_loop().create_future()
@@ -537,8 +533,13 @@ class LiveSession:
         try:
             self._carry_out(step)
             if hold is Hold.APPROVAL and self.approval_timeout_s > 0:
+                # (Held before the model's call was announced, the approval is not issued yet: it
+                # expires as long after now as it would after its issue.)
+                deadline = self._book.deadline(tool_call_id, self.approval_timeout_s) or (
+                    time.time() + self.approval_timeout_s)
+                loop = asyncio.get_running_loop()
                 try:
-                    async with asyncio.timeout(self.approval_timeout_s):
+                    async with asyncio.timeout_at(loop.time() + max(0.0, deadline - time.time())):
                         return await future
                 except TimeoutError:
                     # (The timeout cancels the future it interrupts; one resumed just before stands.)
@@ -559,7 +560,7 @@ class LiveSession:
         """Shows what the book says to show, in the open turn, and wakes the waiters it resumes."""
         for item in step.shown:
             if self._in_turn(item.tool_call_id, type(item).__name__):
-                self._turn.show(item)
+                self._emit(self._turn.show([item]))
                 # Counted as a chat run counts its questions: when the client is asked.
                 if isinstance(item, AwaitClient) and item.approval_id is not None and self.metrics is not None:
                     self.metrics.approvals_issued.inc()
@@ -579,19 +580,16 @@ class LiveSession:
 
     def _is_browser(self, tool_name: str) -> bool:
         """Announced for the browser to run: a browser tool the chat does not refuse ("never")."""
-        return self.host.tool_kind(tool_name).browser and self._book.permission(tool_name) is not Permission.NEVER
+        return (self.host.tool_kind(tool_name).browser
+                and self._book.policy(tool_name, needs_approval=False) is not ToolPolicy.REFUSE)
 
-    def _on_call(self, call: FunctionCall) -> None:
-        """The model calls a tool: it is announced (and issued, if the plugin holds it already)."""
-        browser = self._is_browser(call.name or "unknown")
-        call_id, name, args = self._turn.tool_call(call, browser=browser)
-        self._carry_out(self._book.announce(call_id, name, browser=browser, input=args))
+    def _tool_kind(self, tool_name: str) -> ToolKind:
+        """How a turn shows the tool's calls (long-running tools run inside the live invocation)."""
+        return ToolKind(browser=True) if self._is_browser(tool_name) else ToolKind()
 
-    def _on_response(self, response: FunctionResponse) -> None:
-        """A tool's result: shown once, for a call this session announced."""
-        call_id, payload = response.id or "", response.response
-        if self._book.reported(call_id, result_outcome(payload)) and self._in_turn(call_id, "tool_result"):
-            self._turn.tool_result(call_id, payload, browser=self._is_browser(response.name or "unknown"))
+    def _reported(self, tool_call_id: str, outcome: CallState) -> bool:
+        """A tool's result: shown once, for a call the open turn announced."""
+        return self._book.reported(tool_call_id, outcome) and self._in_turn(tool_call_id, "tool_result")
 
     def _discard_calls(self, event: AgentEvent) -> None:
         """Calls the model still makes for a cut turn never run (and are never shown)."""

@@ -42,7 +42,8 @@ SECRET = "e2e-identity-secret-0123456789abcdef"
 KINDS = ["sse6", "sse7", "ws", "ws6"]
 STREAM = "/stream 40 100"  # 40 deltas, 100 ms apart: alice's run stays active for about 4 s
 FULL_TEXT = "".join(f"tok{i} " for i in range(40))
-STREAM_CHUNKS = ["start", "start-step", "text-start", *["text-delta"] * 40, "text-end", "finish-step", "finish"]
+STREAM_CHUNKS = ["start", "start-step", "data-agent", "text-start", *["text-delta"] * 40, "text-end", "finish-step",
+                 "finish"]
 PAYMENT = '/tool process_payment {"amount": 5, "recipient": "bob"}'
 REALM = 'Bearer realm="adk-gateway"'
 

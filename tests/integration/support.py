@@ -209,6 +209,16 @@ def apply_chunks(message: Json, chunks: list[Json]) -> None:
             part.update(state="output-error", errorText=chunk["errorText"])
         elif kind == "tool-output-denied":
             tool_part(chunk["toolCallId"])["state"] = "output-denied"
+        elif kind in ("source-url", "source-document"):
+            parts.append({key: value for key, value in chunk.items() if key != "type"} | {"type": kind})
+        elif kind.startswith("data-"):
+            if chunk.get("transient"):
+                continue
+            same = [p for p in parts if p["type"] == kind and "id" in chunk and p.get("id") == chunk["id"]]
+            if same:
+                same[0]["data"] = chunk["data"]
+            else:
+                parts.append({"type": kind, "data": chunk["data"]} | ({"id": chunk["id"]} if "id" in chunk else {}))
         elif kind in ("finish", "abort", "error", "message-metadata", "tool-input-delta"):
             pass
         else:

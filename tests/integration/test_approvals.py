@@ -66,7 +66,7 @@ async def test_approve(client: TestClient[Any, Any], log: ToolLog) -> None:
     chat = Conversation(client)
     first = await chat.send(GUARDED)
     assert first.types == [
-        "start", "start-step", "tool-input-start", "tool-input-delta", "tool-input-available",
+        "start", "start-step", "data-agent", "tool-input-start", "tool-input-delta", "tool-input-available",
         "tool-approval-request", "finish-step", "finish",
     ]
     assert first.finish_reason == "tool-calls"

@@ -57,6 +57,7 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "tool-output-error": {"toolCallId": str, "errorText": str},
     "tool-output-denied": {"toolCallId": str},
     "file": {"url": str, "mediaType": str},
+    "data-agent": {"data": dict},
     "data-pcm": {"data": dict},
     "data-transcription": {"data": dict},
 }

@@ -31,7 +31,7 @@ from .support import settings as gateway_settings
 from .support import wait_for
 
 SECRET = "loadtest-test-secret-that-is-long-enough-for-hs256"
-ECHO_CHUNKS = 9  # start, start-step, text-start, 3 text-delta, text-end, finish-step, finish
+ECHO_CHUNKS = 10  # start, start-step, data-agent, text-start, 3 text-delta, text-end, finish-step, finish
 
 
 async def loadtest(client: TestClient[Any, Any], *argv: str, expect: int = 0) -> dict[str, Any]:
@@ -128,7 +128,7 @@ async def test_echo_at_a_fixed_rate(gateway: StartGateway, transport: str) -> No
         "sent": 8, "ok": 8, "failed": 0, "unfinished": 0}
     assert 0 <= requests["late"] <= 8
     assert summary["schedule_lag_ms"]["count"] == 8
-    assert summary["chunks"]["total"] == 8 * 11  # the default prompt: five words, six other chunks
+    assert summary["chunks"]["total"] == 8 * 12  # the default prompt: five words, seven other chunks
 
 
 async def test_arrivals_past_max_in_flight_are_dropped(gateway: StartGateway) -> None:

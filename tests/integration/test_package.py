@@ -44,7 +44,7 @@ def test_the_wheel_carries_the_page_and_every_package(wheel: Path) -> None:
     assert "gateway/page/index.html" in names
     assert any(re.fullmatch(r"gateway/page/assets/index-[\w-]+\.js", name) for name in names)
     assert not any(name.endswith(".map") for name in names)
-    for module in ("gateway/core/approval.py", "gateway/services/chat.py", "gateway/loadtest/cli.py",
+    for module in ("gateway/core/approval/book.py", "gateway/services/chat.py", "gateway/loadtest/cli.py",
                    "transports/sse.py", "agents/demo.py"):
         assert module in names
 

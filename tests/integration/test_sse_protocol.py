@@ -49,7 +49,8 @@ async def test_headers_chunks_and_done(gateway: StartGateway) -> None:
     assert reply.headers["x-accel-buffering"] == "no"
     assert reply.headers["x-vercel-ai-ui-message-stream"] == "v1"
     assert reply.types == [
-        "start", "start-step", "text-start", "text-delta", "text-delta", "text-end", "finish-step", "finish",
+        "start", "start-step", "data-agent", "text-start", "text-delta", "text-delta", "text-end", "finish-step",
+        "finish",
     ]
     assert reply.text == "hello world"
     assert reply.chunks[0]["messageId"].startswith("msg-")

@@ -38,7 +38,7 @@ FREED_WITHIN_S = 1.0
 
 # What a server tool that needs approval answers first: its call, the question, and the wait.
 ASKED = [
-    "start", "start-step", "tool-input-start", "tool-input-delta", "tool-input-available",
+    "start", "start-step", "data-agent", "tool-input-start", "tool-input-delta", "tool-input-available",
     "tool-approval-request", "finish-step", "finish",
 ]
 
@@ -81,7 +81,7 @@ async def test_echo(make_gateway: MakeGateway) -> None:
     stream = await gateway.open(new_id("echo"), [user_message("/echo hello there world")])
     reply = await stream.rest()
     assert reply.types == [
-        "start", "start-step", "text-start", "text-delta", "text-delta", "text-delta", "text-end",
+        "start", "start-step", "data-agent", "text-start", "text-delta", "text-delta", "text-delta", "text-end",
         "finish-step", "finish",
     ]
     assert [c["delta"] for c in reply.of_type("text-delta")] == ["hello ", "there ", "world"]
@@ -95,8 +95,8 @@ async def test_stream(make_gateway: MakeGateway) -> None:
     gateway = await make_gateway()
     stream = await gateway.open(new_id("stream"), [user_message("/stream 40")])
     reply = await stream.rest()
-    assert reply.types == ["start", "start-step", "text-start", *["text-delta"] * 40, "text-end", "finish-step",
-                           "finish"]
+    assert reply.types == ["start", "start-step", "data-agent", "text-start", *["text-delta"] * 40, "text-end",
+                           "finish-step", "finish"]
     assert reply.text == "".join(f"tok{i} " for i in range(40))
     assert reply.finish_reason == "stop" and reply.done
 
@@ -204,7 +204,7 @@ async def test_stop_ends_the_run_and_no_tool_runs_after_it(make_gateway: MakeGat
     await stream.stop()
     reply = await stream.rest()
     assert reply.types[-1] == "abort" and reply.done
-    assert reply.types[:3] == ["start", "start-step", "tool-input-start"]
+    assert reply.types[:4] == ["start", "start-step", "data-agent", "tool-input-start"]
     assert "tool-output-available" not in reply.types and "finish" not in reply.types
     assert log.cancelled.get("slow") == 1
     assert log.count("slow") == 0 and log.count("tick") == 0  # neither finished nor ran later
@@ -246,7 +246,7 @@ async def test_idle_stream_gets_keepalives(make_gateway: MakeGateway) -> None:
     gateway = await make_gateway(settings(keepalive_s=0.05, ws_heartbeat_s=0.05))
     stream = await gateway.open(new_id("idle"), [user_message("/stream 3 150")])
     reply = await stream.rest()
-    assert reply.types == ["start", "start-step", "text-start", "text-delta", "text-delta", "text-delta",
+    assert reply.types == ["start", "start-step", "data-agent", "text-start", "text-delta", "text-delta", "text-delta",
                            "text-end", "finish-step", "finish"]
     assert reply.text == "tok0 tok1 tok2 " and reply.done
     assert stream.keepalives >= 2, stream.keepalives

@@ -145,9 +145,21 @@ def test_parts_that_answer_nothing_are_skipped() -> None:
     book.reported("c1", CallState.OUTPUT_AVAILABLE)
     assert book.answers([
         part("c1", "output-available", output={"done": 1}),  # a server tool's finished call
-        part("other", "output-available", output={}),  # a call the book never followed
+        # a server tool the book never followed (it needed no approval)
+        part("other", "output-available", output={}, providerExecuted=True),
         part("c9", "input-available"),
     ]) == []
+
+
+@pytest.mark.parametrize("state", ["output-available", "output-error"])
+def test_a_result_for_a_call_the_chat_never_asked_the_client_about_is_refused(state: str) -> None:
+    # A forged toolCallId, or another chat's: a client-answered result (no providerExecuted) for a
+    # call this book does not know.
+    book = ApprovalBook()
+    with pytest.raises(ApprovalRefused) as refused:
+        book.answers([part("forged", state, output={"ok": True}, errorText="x")])
+    assert refused.value.reason == "unknown"
+    assert book.calls == {}
 
 
 # --- applying it --------------------------------------------------------------------------------------

@@ -55,6 +55,8 @@ CATALOGUE: dict[str, tuple[type[c.Chunk], dict[str, Any], dict[str, Any]]] = {
     ),
     "tool-output-denied": (c.ToolOutputDenied, {"toolCallId": "c1"}, {}),
     "source-url": (c.SourceUrl, {"sourceId": "s1", "url": "https://example.com"}, {"title": "Example"}),
+    "source-document": (c.SourceDocument, {"sourceId": "s2", "mediaType": "text/plain", "title": "doc1.pdf"},
+                        {"filename": "doc1.pdf"}),
     "file": (c.File, {"url": "data:image/png;base64,AA==", "mediaType": "image/png"}, {}),
 }
 

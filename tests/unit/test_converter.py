@@ -1,5 +1,5 @@
 """Unit tests for gateway.core.converter: hand-built ADK events, adapted by `agents.events`, -> UI
-message chunks (the chat's `ResponseConverter`; live turns are in tests/unit/test_writer.py and the
+message chunks (a chat's `MessageConverter`; live turns are in tests/unit/test_writer.py and the
 live integration tests)."""
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from gateway.core.approval import (
 )
 from gateway.core.converter import (
     MAX_ERROR_TEXT,
-    BrowserCall,
+    CallAnnounced,
     ConversionResult,
+    MessageConverter,
     NeedsApproval,
-    ResponseConverter,
     map_finish_reason,
     message_replay_chunks,
     result_outcome,
@@ -49,6 +49,25 @@ KINDS = {
 
 def kinds(name: str) -> ToolKind:
     return KINDS.get(name, ToolKind())
+
+
+def chat_converter(message_id: str | None = None, *, refused: frozenset[str] = frozenset(),
+                   **options: Any) -> MessageConverter:
+    """A chat's converter for the demo's tools, as the chat service makes it (a refused tool is
+    shown as a server tool). Unless told otherwise, the message is the demo agent's already (a
+    continuation of it): no step names its agent, as none changes it (see the agent tests)."""
+    options.setdefault("agent", AGENT)
+    return MessageConverter(message_id, tools=lambda name: ToolKind() if name in refused else kinds(name), **options)
+
+
+def finished(reason: str, **metadata: Any) -> c.Finish:
+    """The `finish` of a message of the demo agent."""
+    return c.Finish(finishReason=reason, messageMetadata={**metadata, "agent": AGENT})  # type: ignore[arg-type]
+
+
+def asked(effects: Iterable[Any]) -> list[Any]:
+    """The effects the chat acts on: calls the client answers, and ADK's confirmations."""
+    return [e for e in effects if not (isinstance(e, CallAnnounced) and not e.client)]
 
 
 # --- event builders --------------------------------------------------------------------------
@@ -113,14 +132,14 @@ def response_event(*responses: tuple[str, str, dict[str, Any]], requested: Itera
     )
 
 
-def convert(conv: ResponseConverter, event: Event) -> ConversionResult:
+def convert(conv: MessageConverter, event: Event) -> ConversionResult:
     return conv.convert(agent_event(event))
 
 
-def run(events: Sequence[Event], conv: ResponseConverter | None = None, **finish: Any) -> tuple[
+def run(events: Sequence[Event], conv: MessageConverter | None = None, **finish: Any) -> tuple[
     list[c.Chunk], list[Any]
 ]:
-    conv = conv or ResponseConverter(message_id="msg-1", tool_kinds=kinds)
+    conv = conv or chat_converter("msg-1")
     out: list[c.Chunk] = []
     effects: list[Any] = []
     for event in events:
@@ -128,7 +147,7 @@ def run(events: Sequence[Event], conv: ResponseConverter | None = None, **finish
         out += result.chunks
         effects += result.effects
     out += conv.finish(**finish)
-    return out, effects
+    return out, asked(effects)
 
 
 def wires(chunks: Iterable[c.Chunk]) -> list[dict[str, Any]]:
@@ -212,7 +231,7 @@ def test_partial_text_streams_with_stable_ids_and_skips_the_final_text() -> None
     assert len(ids) == 1
     assert texts(chunks) == "Hello world"  # the aggregated final text is not repeated
     assert effects == []
-    assert chunks[-1] == c.Finish(finishReason="stop")
+    assert chunks[-1] == finished("stop")
 
 
 def test_non_streamed_final_text_is_emitted_once() -> None:
@@ -290,28 +309,28 @@ def test_server_tool_call_is_provider_executed() -> None:
     ]
     assert {"type": "tool-output-available", "toolCallId": "call-1", "output": {"temp": 20},
             "providerExecuted": True} in wire
-    assert chunks[-1] == c.Finish(finishReason="stop")
+    assert chunks[-1] == finished("stop")
 
 
-def test_browser_tool_with_approval_is_not_provider_executed_and_needs_approval() -> None:
-    conv = ResponseConverter(message_id="m", tool_kinds=kinds)
+def test_browser_tool_with_approval_is_not_provider_executed_and_the_client_answers_it() -> None:
+    conv = chat_converter("m")
     chunks, effects = run([model_event("e1", call("change_bgm", "call-7", track=2))], conv)
     check_order(chunks)
     starts = [w for w in wires(chunks) if w["type"] in ("tool-input-start", "tool-input-available")]
     assert len(starts) == 2 and all("providerExecuted" not in w for w in starts)
-    assert effects == [NeedsApproval("call-7", "change_bgm", None, browser=True)]
+    assert effects == [CallAnnounced("call-7", "change_bgm", {"track": 2}, client=True)]
     assert conv.awaiting_client
-    assert chunks[-1] == c.Finish(finishReason="tool-calls")
+    assert chunks[-1] == finished("tool-calls")
 
 
-def test_browser_tool_without_approval_is_a_browser_call() -> None:
+def test_browser_tool_without_approval_is_a_call_the_client_answers() -> None:
     chunks, effects = run([model_event("e1", call("show_toast", "call-8", text="hi"))])
-    assert effects == [BrowserCall("call-8", "show_toast")]
-    assert chunks[-1] == c.Finish(finishReason="tool-calls")
+    assert effects == [CallAnnounced("call-8", "show_toast", {"text": "hi"}, client=True)]
+    assert chunks[-1] == finished("tool-calls")
 
 
 def test_refused_browser_tool_is_announced_as_server_run() -> None:
-    conv = ResponseConverter(message_id="m", tool_kinds=kinds, refused_tools=frozenset({"change_bgm"}))
+    conv = chat_converter("m", refused=frozenset({"change_bgm"}))
     events = [
         model_event("e1", call("change_bgm", "call-7", track=2)),
         response_event(("call-7", "change_bgm", {"error": "Permission to use change_bgm has been permanently denied"})),
@@ -334,17 +353,17 @@ def test_adk_confirmation_is_an_effect_never_a_tool_part() -> None:
     ]
     chunks, effects = run(events)
     check_order(chunks)
-    assert effects == [NeedsApproval("call-1", "process_payment", "conf-1", browser=False)]
+    assert effects == [NeedsApproval("call-1", "process_payment", "conf-1")]
     wire = wires(chunks)
     assert not any(CONFIRMATION_TOOL in json.dumps(w) for w in wire)
     assert not any(w["type"].startswith("tool-output") for w in wire)  # placeholder hidden
     assert types_of(chunks).count("start-step") == 1  # the confirmation event is not a step
-    assert chunks[-1] == c.Finish(finishReason="tool-calls")
+    assert chunks[-1] == finished("tool-calls")
 
 
 def test_confirmation_mixed_into_a_model_event() -> None:
     chunks, effects = run([model_event("e1", call("process_payment", "call-1"), confirmation("conf-1", "call-1"))])
-    assert effects == [NeedsApproval("call-1", "process_payment", "conf-1", browser=False)]
+    assert effects == [NeedsApproval("call-1", "process_payment", "conf-1")]
     assert [w["toolName"] for w in wires(chunks) if w["type"] == "tool-input-available"] == ["process_payment"]
 
 
@@ -390,7 +409,7 @@ def test_user_events_are_ignored() -> None:
 
 
 def test_error_event_is_one_safe_line_and_nothing_follows() -> None:
-    conv = ResponseConverter(message_id="m", tool_kinds=kinds)
+    conv = chat_converter("m")
     first = convert(conv, model_event("e1", text("partial "), partial=True)).chunks
     failure = Event(
         invocation_id="i", author=AGENT, error_code="MODEL_ERROR",
@@ -413,7 +432,7 @@ def test_error_code_only() -> None:
 
 
 def test_error_method_closes_parts_and_ends_the_response() -> None:
-    conv = ResponseConverter(message_id="m")
+    conv = MessageConverter("m")
     convert(conv, model_event("e1", text("a"), partial=True))
     out = conv.error("The agent failed while answering.")
     assert types_of(out) == ["text-end", "error"]
@@ -472,17 +491,17 @@ def test_map_finish_reason(reason: Any, expected: str) -> None:
 )
 def test_finish_reason_of_the_last_model_event(reason: types.FinishReason, expected: str) -> None:
     chunks, _ = run([model_event("e1", text("x"), finish=reason)])
-    assert chunks[-1] == c.Finish(finishReason=expected)  # type: ignore[arg-type]
+    assert chunks[-1] == finished(expected)
 
 
 def test_awaiting_client_beats_the_model_finish_reason() -> None:
     chunks, _ = run([model_event("e1", call("change_bgm", "c1", track=1), finish=types.FinishReason.STOP)])
-    assert chunks[-1] == c.Finish(finishReason="tool-calls")
+    assert chunks[-1] == finished("tool-calls")
 
 
 def test_explicit_finish_reason_and_metadata() -> None:
     chunks, _ = run([model_event("e1", text("x"))], reason="length", metadata={"finishDetail": "max_llm_calls"})
-    assert chunks[-1] == c.Finish(finishReason="length", messageMetadata={"finishDetail": "max_llm_calls"})
+    assert chunks[-1] == finished("length", finishDetail="max_llm_calls")
 
 
 def test_each_new_model_event_id_is_a_new_step() -> None:
@@ -514,16 +533,14 @@ def test_usage_is_summed_into_finish_metadata() -> None:
         model_event("e2", text("b"), usage=(15, 5)),
     ]
     chunks, _ = run(events)
-    assert chunks[-1] == c.Finish(
-        finishReason="stop", messageMetadata={"usage": {"inputTokens": 25, "outputTokens": 7, "totalTokens": 32}}
-    )
+    assert chunks[-1] == finished("stop", usage={"inputTokens": 25, "outputTokens": 7, "totalTokens": 32})
 
 
 def test_start_is_sent_once() -> None:
-    conv = ResponseConverter(message_id="m")
+    conv = MessageConverter("m")
     assert conv.start() == [c.Start(messageId="m")]
     assert conv.start() == []
-    assert ResponseConverter().start() == [c.Start()]
+    assert MessageConverter().start() == [c.Start()]
     assert c.Start().to_wire() == {"type": "start"}
 
 
@@ -600,7 +617,7 @@ def test_streams_obey_the_sdk_ordering_rules(
 
 
 def test_the_converter_reads_core_events_built_by_hand() -> None:
-    conv = ResponseConverter(message_id="m", tool_kinds=kinds)
+    conv = chat_converter("m")
     stream = [
         ev.AgentEvent(id="e1", author=AGENT, role="model", parts=(ev.Text("Hi "),), partial=True),
         ev.AgentEvent(id="e1", author=AGENT, role="model", parts=(ev.Text("Hi "),
@@ -616,9 +633,8 @@ def test_the_converter_reads_core_events_built_by_hand() -> None:
     chunks += conv.finish()
     check_order(chunks)
     assert texts(chunks) == "Hi "
-    assert effects == [BrowserCall("c1", "show_toast")]
-    assert chunks[-1] == c.Finish(finishReason="tool-calls",
-                                  messageMetadata={"usage": {"inputTokens": 3, "outputTokens": 4, "totalTokens": 7}})
+    assert asked(effects) == [CallAnnounced("c1", "show_toast", {"text": "yo"}, client=True)]
+    assert chunks[-1] == finished("tool-calls", usage={"inputTokens": 3, "outputTokens": 4, "totalTokens": 7})
 
 
 def test_adk_events_become_core_events() -> None:
@@ -685,7 +701,7 @@ def test_a_message_is_replayed_part_by_part() -> None:
 
 
 def test_show_writes_what_the_book_decides() -> None:
-    conv = ResponseConverter(message_id="msg-1", tool_kinds=kinds)
+    conv = chat_converter("msg-1")
     conv.start()
     shown = conv.show([
         AwaitClient("c1", "apr-1"),
@@ -725,7 +741,7 @@ def test_only_new_outcomes_are_shown() -> None:
         heard.append((call_id, outcome))
         return call_id != "c1"  # c1 already ended (e.g. its approval expired)
 
-    conv = ResponseConverter(message_id="msg-1", tool_kinds=kinds, reported=reported)
+    conv = chat_converter("msg-1", reported=reported)
     chunks, _ = run([response_event(("c1", "process_payment", {"error": REJECTED_TEXT}),
                                     ("c2", "get_weather", {"sky": "clear"}))], conv)
     assert heard == [("c1", CallState.OUTPUT_DENIED), ("c2", CallState.OUTPUT_AVAILABLE)]

@@ -47,7 +47,7 @@ def test_the_copy_is_what_gets_checked(copied_tree: Path) -> None:
 
 def test_a_wrong_import_breaks_it(copied_tree: Path) -> None:
     # The core reaching up into a service, and an agent module reaching into a transport.
-    approval = copied_tree / "gateway" / "core" / "approval.py"
+    approval = copied_tree / "gateway" / "core" / "approval" / "book.py"
     approval.write_text(approval.read_text() + "\nfrom gateway.services import registry  # noqa\n")
     tools = copied_tree / "agents" / "tools.py"
     tools.write_text(tools.read_text() + "\nimport transports.sse  # noqa\n")
@@ -56,5 +56,5 @@ def test_a_wrong_import_breaks_it(copied_tree: Path) -> None:
 
     assert result.returncode != 0
     assert "app > transports > services > agents > core BROKEN" in result.stdout
-    assert "gateway.core.approval -> gateway.services.registry" in result.stdout
+    assert "gateway.core.approval.book -> gateway.services.registry" in result.stdout
     assert "agents.tools -> transports.sse" in result.stdout

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from gateway.core import chunks as c
 from gateway.core import events as ev
 from gateway.core.approval import REJECTED_TEXT, interrupt_result
-from gateway.core.converter import LiveTurn
+from gateway.core.converter import CallAnnounced, MessageConverter, Mode
+from gateway.core.kinds import ToolKind
 from gateway.core.writer import MessageWriter
 
 Wire = dict[str, Any]
@@ -253,9 +254,22 @@ def test_any_sequence_of_calls_is_a_well_formed_message(ops: list[tuple[Any, ...
 # --- live turns ---------------------------------------------------------------------------------------
 
 
-def turn() -> tuple[LiveTurn, list[c.Chunk]]:
-    out: list[c.Chunk] = []
-    return LiveTurn(out.append, "msg-1"), out
+class Turn:
+    """A live turn's converter whose chunks are kept in order, as the live session logs them."""
+
+    def __init__(self) -> None:
+        self.conv = MessageConverter("msg-1", mode=Mode.LIVE, tools=lambda name: ToolKind(browser=name == "show"))
+        self.out: list[c.Chunk] = []
+        self.effects: list[Any] = []
+
+    def feed(self, *events: ev.AgentEvent) -> None:
+        for event in events:
+            result = self.conv.convert(event)
+            self.out += result.chunks
+            self.effects += result.effects
+
+    def __call__(self, chunks: list[c.Chunk]) -> None:
+        self.out += chunks
 
 
 def model(*parts: ev.Part, partial: bool = False, said: ev.Transcription | None = None,
@@ -264,100 +278,90 @@ def model(*parts: ev.Part, partial: bool = False, said: ev.Transcription | None 
                          usage=usage)
 
 
-def no_tools(_item: Any) -> None:
-    raise AssertionError("no tool expected")
-
-
 def test_a_spoken_answer_streams_its_transcript_and_audio() -> None:
-    live, out = turn()
+    live = Turn()
     pcm = b"\x01\x00" * 4
-    for event in (
+    live.feed(
         model(said=ev.Transcription("hel", False)),
         model(ev.InlineData("audio/pcm;rate=24000", pcm), partial=True),
         model(said=ev.Transcription("lo", False), usage=ev.Usage(1, 1, 2)),
         model(said=ev.Transcription("hello", True)),  # the aggregated copy: ends the part
-    ):
-        live.model_event(event, no_tools, no_tools)
-    live.end("stop")
-    check_message(out)
-    wire = wires(out)
-    assert [x["type"] for x in wire] == ["start", "start-step", "text-start", "text-delta", "data-pcm", "text-delta",
-                                         "text-end", "finish-step", "finish"]
-    assert wire[4]["data"] == {"content": base64.b64encode(pcm).decode(), "sampleRate": 24000, "channels": 1,
+    )
+    live(live.conv.finish("stop"))
+    check_message(live.out)
+    wire = wires(live.out)
+    assert [x["type"] for x in wire] == ["start", "start-step", "data-agent", "text-start", "text-delta", "data-pcm",
+                                         "text-delta", "text-end", "finish-step", "finish"]
+    assert wire[5]["data"] == {"content": base64.b64encode(pcm).decode(), "sampleRate": 24000, "channels": 1,
                                "bitDepth": 16}
-    assert wire[4]["transient"] is True
-    assert wire[-1]["messageMetadata"] == {"usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2}}
-    assert live.model_output
+    assert wire[5]["transient"] is True
+    assert wire[-1]["messageMetadata"] == {"usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2},
+                                           "agent": "agent"}
+    assert live.conv.model_output
 
 
 def test_streamed_text_is_not_repeated_by_its_aggregate() -> None:
-    live, out = turn()
-    for event in (
+    live = Turn()
+    live.feed(
         model(ev.Text("th", thought=True), partial=True),
         model(ev.Text("ok "), partial=True),
         model(ev.Text("go"), partial=True),
         model(ev.Text("th", thought=True)),
         model(ev.Text("ok go")),
         model(ev.Text("whole")),  # not streamed: written at once
-    ):
-        live.model_event(event, no_tools, no_tools)
-    live.end("stop")
-    check_message(out)
-    assert "".join(x["delta"] for x in wires(out) if x["type"] == "text-delta") == "ok gowhole"
-    assert "".join(x["delta"] for x in wires(out) if x["type"] == "reasoning-delta") == "th"
+    )
+    live(live.conv.finish("stop"))
+    check_message(live.out)
+    assert "".join(x["delta"] for x in wires(live.out) if x["type"] == "text-delta") == "ok gowhole"
+    assert "".join(x["delta"] for x in wires(live.out) if x["type"] == "reasoning-delta") == "th"
 
 
 def test_the_users_speech_is_one_part_per_utterance() -> None:
-    live, out = turn()
-    live.user_transcription(ev.Transcription("", False))  # nothing yet: nothing written
-    assert out == []
-    live.user_transcription(ev.Transcription("he", False))
-    live.user_transcription(ev.Transcription("y", False))
-    live.user_transcription(ev.Transcription("hey", True))
-    live.user_transcription(ev.Transcription("again", True))
-    parts = [x for x in wires(out) if x["type"] == "data-transcription"]
+    live = Turn()
+    live(live.conv.user_transcription(ev.Transcription("", False)))  # nothing yet: nothing written
+    assert live.out == []
+    for transcription in (ev.Transcription("he", False), ev.Transcription("y", False),
+                          ev.Transcription("hey", True), ev.Transcription("again", True)):
+        live(live.conv.user_transcription(transcription))
+    parts = [x for x in wires(live.out) if x["type"] == "data-transcription"]
     assert [(p["id"], p["data"]["text"], p["data"]["finished"]) for p in parts] == [
         ("msg-1-user-0", "he", False), ("msg-1-user-0", "hey", False), ("msg-1-user-0", "hey", True),
         ("msg-1-user-1", "again", True),
     ]
-    assert not live.model_output
+    assert not live.conv.model_output
 
 
-def test_tool_calls_and_results_go_through_the_session() -> None:
-    live, out = turn()
-    calls: list[ev.FunctionCall] = []
-    responses: list[ev.FunctionResponse] = []
-    live.model_event(model(ev.FunctionCall("c1", "t", {}), partial=True), calls.append, responses.append)
-    assert calls == []  # a call comes whole with the final event
-    live.model_event(model(ev.FunctionCall("c1", "t", {"a": 1}), ev.FunctionResponse("c1", "t", {"ok": 1})),
-                     calls.append, responses.append)
-    assert [x.id for x in calls] == ["c1"] and [x.id for x in responses] == ["c1"]
-    call_id, name, args = live.tool_call(calls[0], browser=False)
-    assert (call_id, name, args) == ("c1", "t", {"a": 1}) and live.calls == ["c1"]
-    live.pause()
-    live.tool_result("c1", {"error": REJECTED_TEXT}, browser=False)
-    anonymous = live.tool_call(ev.FunctionCall(None, "", {}), browser=True)
-    live.tool_result(anonymous[0], {"error": interrupt_result()}, browser=True)
-    live.end("stop")
-    check_message(out)
-    assert anonymous[:2] == ("call-msg-1-1", "unknown")
-    assert [x for x in wires(out) if x["type"] == "tool-output-denied"] == [
+def test_tool_calls_and_results_are_shown_and_announced() -> None:
+    live = Turn()
+    live.feed(model(ev.FunctionCall("c1", "t", {}), partial=True))
+    assert live.effects == []  # a call comes whole with the final event
+    live.feed(model(ev.FunctionCall("c1", "t", {"a": 1}), ev.FunctionResponse("c1", "t", {"error": REJECTED_TEXT})))
+    assert live.effects == [CallAnnounced("c1", "t", {"a": 1}, client=False)]
+    assert live.conv.calls == ["c1"]
+    live(live.conv.pause())
+    live.feed(model(ev.FunctionCall(None, "show", {})))
+    anonymous = live.effects[-1]
+    assert (anonymous.tool_call_id, anonymous.tool_name, anonymous.client) == ("call-msg-1-1", "show", True)
+    live.feed(model(ev.FunctionResponse("call-msg-1-1", "show", {"error": interrupt_result()})))
+    live(live.conv.finish("stop"))
+    check_message(live.out)
+    assert [x for x in wires(live.out) if x["type"] == "tool-output-denied"] == [
         {"type": "tool-output-denied", "toolCallId": "c1"},
         {"type": "tool-output-denied", "toolCallId": "call-msg-1-1"},
     ]
 
 
 def test_a_model_error_is_shown_and_the_turn_still_finishes() -> None:
-    live, out = turn()
-    live.model_event(model(ev.Text("par"), partial=True), no_tools, no_tools)
-    live.error("kaput\n  at /srv/secret/path.py")
-    live.end("error")
-    check_message(out)
-    assert [x for x in wires(out) if x["type"] == "error"] == [{"type": "error", "errorText": "kaput"}]
-    assert out[-1] == c.Finish(finishReason="error")
+    live = Turn()
+    live.feed(model(ev.Text("par"), partial=True))
+    live(live.conv.error("kaput\n  at /srv/secret/path.py"))
+    live(live.conv.finish("error"))
+    check_message(live.out)
+    assert [x for x in wires(live.out) if x["type"] == "error"] == [{"type": "error", "errorText": "kaput"}]
+    assert live.out[-1] == c.Finish(finishReason="error", messageMetadata={"agent": "agent"})
 
 
 def test_a_turn_that_wrote_nothing_has_not_started() -> None:
-    live, out = turn()
-    live.model_event(model(usage=ev.Usage(1, 1, 2)), no_tools, no_tools)
-    assert out == [] and not live.writer.started
+    live = Turn()
+    live.feed(model(usage=ev.Usage(1, 1, 2)))
+    assert live.out == [] and not live.conv.started

@@ -1,0 +1,276 @@
+"""Running one planned chat turn: the agent's events in, the message's chunks out.
+
+How it works
+------------
+A `ChatTurn` is one run of the agent for one request, planned by `gateway.services.planning`.
+`execute()` feeds the run's events to the message's converter (`gateway.core.converter`, the one
+writer of chunks) and appends what it writes to the chat's stream log; transports follow that
+log. The converter's effects are carried out here: a call to approve is asked through the chat's
+`ApprovalBook` (which also records each tool result, so a call shows one outcome), a call the
+client answers is tracked in it, and the extras the chat service has (sign-ins, artifact links)
+are handed to it. The book is saved to the session before the final chunk — `finish`, and also
+`error` and `abort` when the run fails or is stopped — so a client that answers an approval it
+received finds it stored. `outcome` says how the run ended, for the run's metrics and span.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Awaitable, Iterable
+from contextlib import aclosing
+from typing import Any, Protocol
+
+import structlog
+
+from agents.adk import AgentHost, ModelCallsExhausted
+from agents.tools import APPROVALS_STATE_KEY
+from gateway.core.approval import ToolPolicy
+from gateway.core.chunks import Chunk
+from gateway.core.converter import (
+    ArtifactSaved,
+    CallAnnounced,
+    Effect,
+    MessageConverter,
+    NeedsApproval,
+    SignInRequested,
+)
+from gateway.core.errors import GatewayError, ModelTimedOut
+from gateway.core.events import AgentEvent
+from gateway.metrics import Metrics
+from gateway.services.planning import TURN_STATE_KEY, RequestContext, TurnPlan
+from gateway.services.registry import ChatRun
+
+__all__ = ["ChatTurn", "TurnExtras"]
+
+log = structlog.get_logger("gateway.services.chat")
+
+
+def _new_approval_id() -> str:
+    return f"apr-{secrets.token_urlsafe(18)}"
+
+
+class TurnExtras(Protocol):
+    """What a turn hands the chat service's other parts: effects the converter's message shows
+    with something only they have (a sign-in's link, an artifact's signed URL)."""
+
+    async def carry_out(self, turn: ChatTurn, effect: SignInRequested | ArtifactSaved) -> None: ...
+
+
+class ChatTurn:
+    """One planned turn's run; see the module docstring."""
+
+    def __init__(
+        self,
+        host: AgentHost,
+        run: ChatRun,
+        plan: TurnPlan,
+        ctx: RequestContext,
+        chat_id: str,
+        *,
+        metrics: Metrics,
+        extras: TurnExtras | None = None,
+        converter: MessageConverter | None = None,
+    ) -> None:
+        self.host = host
+        self.run = run
+        self.plan = plan
+        self.book = plan.book
+        self.turn = plan.turn
+        self.ctx = ctx
+        self.chat_id = chat_id
+        self.metrics = metrics
+        self.extras = extras
+        book = self.book
+        self.converter = converter or MessageConverter(
+            plan.message_id, tools=lambda name: book.shown_kind(name, host.tool_kind(name)), reported=book.reported,
+            agent=self.turn.get("agent"), usage=self.turn.get("usage"), created_at=self.turn.get("createdAt"),
+            client_state=plan.client_state,
+        )
+        self.outcome = "ok"
+        self._pending: list[Awaitable[None]] = []
+
+    def emit(self, chunks: Iterable[Chunk]) -> None:
+        self.run.log.append_chunks(chunks)
+
+    def begin(self) -> None:
+        """Logs the answer's first chunks: `start`, and what the plan shows before anything runs."""
+        self.emit(self.converter.start())
+        if self.plan.requested_state:
+            self.emit(self.converter.client_state(self.plan.requested_state))
+        self.emit(self.converter.show(self.plan.shown))
+
+    async def execute(self) -> None:
+        """Runs the planned turn (`begin` has logged its first chunks)."""
+        host, plan, converter, ctx, chat_id = self.host, self.plan, self.converter, self.ctx, self.chat_id
+        started = time.monotonic()
+        try:
+            for call_id in plan.awaiting_client:
+                converter.await_client(call_id)
+            if plan.interrupted:
+                await host.append_replies(ctx.user_id, chat_id, plan.interrupt_responses)
+                await self._save()
+                self.emit(converter.finish("interrupted"))
+                return
+            if plan.new_message is not None:
+                await self._run_agent(plan.new_message)
+            self._remember_message()
+            # The run's first event wrote the plan's state; a run that changed nothing of it (no
+            # approval asked or settled, no ask counted: most turns) needs no second write, and the
+            # session one event fewer per turn. A plan that ran nothing (an approved browser tool
+            # re-announced) writes here only.
+            if plan.new_message is None or self._changed():
+                await self._save()
+            self.emit(converter.finish())
+        except ModelCallsExhausted:
+            self.outcome = "limit"
+            log.warning("llm_call_limit", chat_id=chat_id, limit=host.max_llm_calls)
+            await self._save_quietly()
+            self.emit(converter.finish("length", {"finishDetail": "max_llm_calls"}))
+        except asyncio.CancelledError:
+            self.outcome = "stopped"
+            await self._save_while_stopping()
+            self.emit(converter.abort("stopped"))
+            raise
+        except Exception as exc:
+            # A bound that fired (model or store timeout) says so; anything else is a bug or an
+            # agent failure, logged with its traceback and told to the client in general terms.
+            known = _gateway_error(exc)
+            if known is None:
+                self.outcome, text = "error", "The agent failed while answering."
+                log.exception("run_failed", chat_id=chat_id, error=repr(exc))
+            else:
+                self.outcome = "timeout" if isinstance(known, ModelTimedOut) else known.error_code
+                text = known.message
+                log.warning("run_failed", chat_id=chat_id, code=known.error_code, detail=known.detail)
+            await self._save_quietly()
+            self.emit(converter.error(text))
+        finally:
+            if converter.errored and self.outcome == "ok":
+                self.outcome = "model_error"
+            self.run.log.close()
+            # One line per run: who, which chat, how it ended, how long it took and the tokens it
+            # used (never the prompt).
+            log.info("run_finished", user_id=ctx.user_id, chat_id=chat_id, outcome=self.outcome,
+                     duration_ms=round((time.monotonic() - started) * 1000, 1), detached=self.run.detached,
+                     usage=converter.usage)
+
+    async def _run_agent(self, new_message: Any) -> None:
+        # ADK hands over the events a model yields without waiting in between: a model that does
+        # not wait between tokens would have the whole answer converted before the handler writes
+        # its first token. Giving way once, after the first event that logged chunks, sends that
+        # token at once; the rest goes out at the run's next wait. A stop can now land between
+        # events too, so the run's generator is closed explicitly.
+        run = self.run
+        waiting_for_first = True
+        logged = run.log.end
+        events = self.host.run(self.ctx.user_id, self.chat_id, new_message, state_delta=self.plan.state_delta)
+        async with aclosing(events):
+            async for event in events:
+                effects = self._convert(event)
+                if effects:
+                    await self._carry_out(effects)
+                if waiting_for_first and run.log.end > logged:
+                    waiting_for_first = False
+                    await asyncio.sleep(0)
+
+    def _convert(self, event: AgentEvent) -> list[Effect]:
+        """Logs the event's chunks and carries out what the approval book decides about them;
+        returns the effects that need more than the book (I/O)."""
+        result = self.converter.convert(event)
+        self.emit(result.chunks)
+        later: list[Effect] = []
+        book = self.book
+        for effect in result.effects:
+            if isinstance(effect, NeedsApproval):
+                self._ask(effect.tool_call_id, effect.tool_name, effect.confirmation_id)
+            elif isinstance(effect, CallAnnounced):
+                if not effect.client:
+                    continue
+                # The client answers the call: the user is asked first, or the browser runs it (or
+                # the app answers a long-running tool) unasked.
+                kind = self.host.tool_kind(effect.tool_name)
+                if kind.browser and book.policy(effect.tool_name, needs_approval=kind.needs_approval) is ToolPolicy.ASK:
+                    self._ask(effect.tool_call_id, effect.tool_name, None)
+                else:
+                    book.track(effect.tool_call_id, effect.tool_name, browser=True)
+                    self.turn["asks"] = self.turn.get("asks", 0) + 1
+            else:
+                later.append(effect)
+        return later
+
+    async def _carry_out(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, SignInRequested | ArtifactSaved) and self.extras is not None:
+                await self.extras.carry_out(self, effect)
+
+    def _ask(self, tool_call_id: str, tool_name: str, confirmation_id: str | None) -> None:
+        """The user is asked to approve a call: ADK's confirmation of a server tool
+        (`confirmation_id`), or a browser tool."""
+        ask = self.book.ask(
+            tool_call_id, tool_name, browser=confirmation_id is None, confirmation_id=confirmation_id,
+            approval_id=_new_approval_id(), now=time.time(),
+        )
+        if ask is None:
+            return
+        self.turn["asks"] = self.turn.get("asks", 0) + 1
+        # Without an approval id the tool is "always allowed" in this chat: not asked. The call is
+        # announced as a browser tool to run now, and a page that answered "always" runs it at once
+        # (ai 6 has no chunk for an automatic approval; ai 7's request + response pair would cost
+        # an extra round trip before the browser may run it).
+        if ask.approval_id is not None:
+            self.metrics.approvals_issued.inc()
+        self.emit(self.converter.show([ask]))
+
+    # --- the session's state -------------------------------------------------------------------
+
+    def _remember_message(self) -> None:
+        """A message that waits for the client is continued by another response: what its end
+        reports (its agent, its usage so far) is kept for that one."""
+        converter = self.converter
+        if converter.awaiting_client:
+            if converter.agent:
+                self.turn["agent"] = converter.agent
+            if converter.usage:
+                self.turn["usage"] = converter.usage
+
+    def _changed(self) -> bool:
+        """Whether the book or the turn's bookkeeping differ from what the plan's state delta wrote."""
+        state_delta = self.plan.state_delta
+        return (state_delta.get(APPROVALS_STATE_KEY) != self.book.to_state()
+                or state_delta.get(TURN_STATE_KEY) != self.turn)
+
+    async def _save(self) -> None:
+        await self.host.save_state(self.ctx.user_id, self.chat_id,
+                                   {APPROVALS_STATE_KEY: self.book.to_state(), TURN_STATE_KEY: self.turn})
+
+    async def _save_quietly(self) -> None:
+        try:
+            await self._save()
+        except Exception as exc:
+            log.warning("state_save_failed", chat_id=self.chat_id, error=repr(exc))
+
+    async def _save_while_stopping(self) -> None:
+        """Saves the book of a run being stopped: approvals its client already received stay
+        answerable. The save (bounded by the store timeout) is shielded: a second cancellation,
+        e.g. at shutdown, stops the wait for it, not the save."""
+        save = asyncio.ensure_future(self._save_quietly())
+        try:
+            await asyncio.shield(save)
+        except asyncio.CancelledError:
+            log.info("state_save_continues_after_stop", chat_id=self.chat_id)
+
+
+def _gateway_error(exc: BaseException) -> GatewayError | None:
+    """The `GatewayError` behind a run failure (ADK may wrap what a store or plugin raised)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, GatewayError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
