@@ -63,6 +63,7 @@ from gateway.core.events import (
     FunctionCall,
     FunctionResponse,
     InlineData,
+    Part,
     Text,
     Transcription,
     Usage,
@@ -279,11 +280,11 @@ class MessageConverter:
     `tools` says how each tool is shown (its effective kind: a tool the chat refuses is a server
     tool); `reported` (the approval book's) records each tool result and says whether it is new.
     `agent`, `usage` and `created_at` carry what an earlier response of the same message said
-    (a continuation); `client_state` holds the session state keys the client sees, with their
-    current values (None: none). See the module docstring for the rules."""
+    (a continuation); `client_state_keys` are the session state keys the client sees, and
+    `client_state` their values before the message. See the module docstring for the rules."""
 
-    __slots__ = ("_announced", "_artifacts", "_awaiting_client", "_client_state", "_created_at", "_deferred",
-                 "_last_finish", "_model", "_out", "_reasoning_streamed", "_search_html", "_sign_ins",
+    __slots__ = ("_announced", "_artifacts", "_awaiting_client", "_client_keys", "_client_state", "_created_at",
+                 "_deferred", "_last_finish", "_model", "_out", "_reasoning_streamed", "_search_html", "_sign_ins",
                  "_sources", "_step_event_id", "_text_streamed", "_transcript_streamed", "_user_part",
                  "_user_text", "_writer", "agent", "message_id", "mode", "model_output", "reported", "tools")
 
@@ -297,6 +298,7 @@ class MessageConverter:
         agent: str | None = None,
         usage: Mapping[str, int] | None = None,
         created_at: int | None = None,
+        client_state_keys: frozenset[str] = frozenset(),
         client_state: Mapping[str, Any] | None = None,
     ) -> None:
         self.message_id = message_id
@@ -312,7 +314,8 @@ class MessageConverter:
                                          usage.get("totalTokens", 0)))
         self._created_at = created_at
         self._model: str | None = None
-        self._client_state = dict(client_state) if client_state is not None else None
+        self._client_keys = client_state_keys
+        self._client_state = {k: v for k, v in (client_state or {}).items() if k in client_state_keys}
         self._step_event_id: str | None = None
         self._text_streamed = False
         self._reasoning_streamed = False
@@ -426,11 +429,10 @@ class MessageConverter:
     def _set_client_state(self, values: Mapping[str, Any]) -> None:
         """A `data-state` part (one id: the client updates it in place) with every key the client
         sees, when `values` touches one of them."""
-        shown = self._client_state
-        if shown is None:
-            return
-        touched = {key: value for key, value in values.items() if key in shown}
+        keys = self._client_keys
+        touched = {key: value for key, value in values.items() if key in keys}
         if touched:
+            shown = self._client_state
             shown.update(json_safe(touched))
             self._writer.data("state", dict(shown), part_id="state")
 
@@ -513,7 +515,7 @@ class MessageConverter:
             self._writer.add_usage(event.usage)
         if event.sources or event.search_suggestions:
             self._grounding(event)
-        if self._client_state is not None and event.state_delta:
+        if self._client_keys and event.state_delta:
             self._set_client_state(event.state_delta)
         for name, version in (event.artifact_delta or {}).items():
             if (name, version) not in self._artifacts:
@@ -537,9 +539,22 @@ class MessageConverter:
         self.model_output = True
         return writer
 
+    def _defers(self, part: Part) -> bool:
+        """A long-running call the client answers later: shown at the end of the response."""
+        if self.mode is not Mode.CHAT or not isinstance(part, FunctionCall):
+            return False
+        kind = self.tools(part.name or "unknown")
+        return kind.long_running and not kind.browser
+
     def _model_event(self, event: AgentEvent, result: ConversionResult) -> None:
-        writer = self._enter_step(event)
         partial = event.partial
+        if all(self._defers(part) for part in event.parts):
+            # Nothing to show in this step (its calls are shown at the end): no step for it.
+            if not partial:
+                for part in event.parts:
+                    self._function_call(part, event, result)  # type: ignore[arg-type]
+            return
+        writer = self._enter_step(event)
         chat = self.mode is Mode.CHAT
         for part in event.parts:
             if isinstance(part, Text):
@@ -604,7 +619,7 @@ class MessageConverter:
         call_id = call.id or self._writer.next_id("call")
         name = call.name or "unknown"
         kind = self.tools(name)
-        if self.mode is Mode.CHAT and kind.long_running and not kind.browser:
+        if self._defers(call):
             # A long-running tool the client answers later. ADK calls the model again after the
             # tool's interim result, in new steps, but `lastAssistantMessageIsCompleteWithToolCalls`
             # reads only the message's last step: the call is shown at the end of the response.

@@ -95,9 +95,9 @@ class TurnPlan:
     # The message's bookkeeping (see the module docstring): asks, continuations, createdAt, agent, usage.
     turn: dict[str, Any] = field(default_factory=lambda: {"asks": 0, "continuations": 0})
     replay_prefix: list[dict[str, Any]] = field(default_factory=list)
-    # The session state keys the client sees, with their values before the run (None: none are
-    # shown), and those the request sets.
-    client_state: dict[str, Any] | None = None
+    # The session state keys the client sees, their values before the run, and those the request sets.
+    client_state_keys: frozenset[str] = frozenset()
+    client_state: dict[str, Any] = field(default_factory=dict)
     requested_state: dict[str, Any] = field(default_factory=dict)
 
 
@@ -128,6 +128,7 @@ class TurnPlanner:
         """What the client sees of the session's state (`--client-state`), and what it sets."""
         if not self.client_state_keys:
             return
+        plan.client_state_keys = self.client_state_keys
         plan.client_state = {key: state[key] for key in self.client_state_keys if key in state}
         plan.requested_state = requested
         plan.state_delta.update(requested)

@@ -8,8 +8,9 @@ call whose `authConfig` holds the provider's authorization URL. The chat shows i
 the client answers (`tool-adk_request_credential`, input `{authUri, toolCallId}`), and:
 
 1. `begin` makes the URL the user opens: ADK's, with the gateway's own `state` and its callback
-   (`{origin}/api/oauth/callback`) as the `redirect_uri`. The state is random, signed, and names
-   the (app, user, chat, call) it was issued for; the sign-in is kept in the chat's session state
+   (`{origin}/api/oauth/callback`) as the `redirect_uri`. The state is random and sealed
+   (encrypted and authenticated with the gateway's secret): it names, to the gateway only, the
+   (app, user, chat, call) it was issued for; the sign-in is kept in the chat's session state
    (`SIGN_INS_STATE_KEY`), so any instance behind a load balancer can finish it.
 2. The provider redirects the user's browser to the callback: `callback` checks the signature,
    finds the pending sign-in in that chat's session, takes it only once and only for the state it
@@ -41,6 +42,8 @@ from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import structlog
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from gateway.core.approval import AgentReply, FunctionResult
 from gateway.core.kinds import CREDENTIAL_TOOL
@@ -54,6 +57,7 @@ CALLBACK_PATH: Final = "/api/oauth/callback"
 SIGN_INS_STATE_KEY: Final = "gateway:sign-ins"
 MAX_PENDING: Final = 20  # sign-ins kept per chat (the oldest go first)
 STATE_TTL_S: Final = 3600.0
+_PURPOSE: Final = b"adk-gateway sign-in state"
 
 
 class SignInRefused(Exception):
@@ -84,28 +88,26 @@ class SignIns:
     """Issues and checks sign-in states (see the module docstring); `secret` signs them."""
 
     def __init__(self, secret: bytes) -> None:
-        self._secret = secret
+        self._cipher = AESGCM(hashlib.sha256(_PURPOSE + secret).digest())
 
     # --- the state ---------------------------------------------------------------------------
 
-    def _sign(self, payload: str) -> str:
-        return _b64(hmac.new(self._secret, payload.encode(), hashlib.sha256).digest())
-
     def issue_state(self, app: str, user: str, chat: str, call_id: str, now: float) -> tuple[str, str]:
-        """A new state for the sign-in of `call_id`, and its nonce."""
+        """A new state for the sign-in of `call_id`, and its nonce. Sealed (AES-GCM): the provider,
+        which sees the state, learns nothing of the user or the chat, and nobody can make one."""
         nonce = secrets.token_urlsafe(18)
-        payload = _b64(json.dumps([app, user, chat, call_id, nonce, int(now)], separators=(",", ":")).encode())
-        return f"{payload}.{self._sign(payload)}", nonce
+        payload = json.dumps([app, user, chat, call_id, nonce, int(now)], separators=(",", ":")).encode()
+        iv = secrets.token_bytes(12)
+        return _b64(iv + self._cipher.encrypt(iv, payload, _PURPOSE)), nonce
 
     def read_state(self, state: str, now: float) -> StateOwner:
         """Whom a state was issued for; `SignInRefused` for a forged, malformed or stale one."""
-        payload, _, signature = state.partition(".")
-        if not payload or not hmac.compare_digest(signature.encode(), self._sign(payload).encode()):
-            raise SignInRefused("the state was not issued here")
         try:
-            app, user, chat, call_id, nonce, issued = json.loads(_unb64(payload))
-        except (ValueError, TypeError) as exc:
-            raise SignInRefused("malformed state") from exc
+            sealed = _unb64(state)
+            payload = self._cipher.decrypt(sealed[:12], sealed[12:], _PURPOSE)
+            app, user, chat, call_id, nonce, issued = json.loads(payload)
+        except (InvalidTag, ValueError, TypeError) as exc:
+            raise SignInRefused("the state was not issued here") from exc
         if now - float(issued) > STATE_TTL_S:
             raise SignInRefused("the sign-in took too long")
         return StateOwner(str(app), str(user), str(chat), str(call_id), str(nonce), float(issued))

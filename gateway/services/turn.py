@@ -86,7 +86,7 @@ class ChatTurn:
         self.converter = converter or MessageConverter(
             plan.message_id, tools=lambda name: book.shown_kind(name, host.tool_kind(name)), reported=book.reported,
             agent=self.turn.get("agent"), usage=self.turn.get("usage"), created_at=self.turn.get("createdAt"),
-            client_state=plan.client_state,
+            client_state_keys=plan.client_state_keys, client_state=plan.client_state,
         )
         self.outcome = "ok"
         self._pending: list[Awaitable[None]] = []

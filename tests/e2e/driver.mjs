@@ -184,11 +184,25 @@ class Run {
         config.errorText != null
           ? { state: 'output-error', errorText: config.errorText }
           : { output: config.output ?? null };
+      const answer = () =>
+        this.chat.addToolOutput({ tool: toolCall.toolName, toolCallId: toolCall.toolCallId, ...result });
+      // `visit`: an input field holding a URL the user opens first (a sign-in's `authUri`, in a
+      // popup on a page): fetched here with its redirects followed, then the tool is answered.
+      const url = config.visit != null ? toolCall.input?.[config.visit] : undefined;
+      if (url != null) {
+        record.visited = url;
+        this.track(
+          fetch(url, { redirect: 'follow' }).then(async response => {
+            record.visitStatus = response.status;
+            record.visitBody = (await response.text()).slice(0, 2000);
+            return answer();
+          }),
+          'visit',
+        );
+        return;
+      }
       // Not awaited: onToolCall runs inside the chat's serial job queue.
-      this.track(
-        this.chat.addToolOutput({ tool: toolCall.toolName, toolCallId: toolCall.toolCallId, ...result }),
-        'addToolOutput',
-      );
+      this.track(answer(), 'addToolOutput');
     }
   }
 
