@@ -73,6 +73,7 @@ from gateway.core.pcm import OUTPUT_RATE
 from gateway.core.writer import MessageWriter, json_safe
 
 __all__ = [
+    "AGENT_FAILED",
     "MAX_ERROR_TEXT",
     "SIGN_IN_FAILED",
     "ArtifactSaved",
@@ -87,6 +88,7 @@ __all__ = [
     "map_finish_reason",
     "message_replay_chunks",
     "pcm_chunk_data",
+    "raised_in_agent",
     "result_outcome",
     "safe_error_text",
     "write_file",
@@ -96,6 +98,7 @@ __all__ = [
 
 MAX_ERROR_TEXT: Final = 300
 TOOL_FAILED: Final = "The tool failed."
+AGENT_FAILED: Final = "The agent failed while answering."
 
 # --- the shared rules ------------------------------------------------------------------------------
 
@@ -132,6 +135,18 @@ def safe_error_text(message: str | None, fallback: str = "The agent failed.") ->
         return fallback
     text = _PATH.sub("…", " ".join(lines[0].split()))
     return text if len(text) <= MAX_ERROR_TEXT else text[: MAX_ERROR_TEXT - 1] + "…"
+
+
+_EXCEPTION_NAME = re.compile(r"[A-Z][A-Za-z0-9]*(?:Error|Exception)")
+
+
+def raised_in_agent(event: AgentEvent) -> bool:
+    """Whether an error event stands for an exception raised in the agent's own code (a tool, a
+    callback, an artifact store): ADK names such an event's code after the exception's class.
+    Its message is the exception's text, which is not for the client (a model's own error, e.g.
+    a safety block, is)."""
+    code = event.error_code
+    return code is not None and _EXCEPTION_NAME.fullmatch(code) is not None
 
 
 def is_denial(error: str) -> bool:

@@ -80,7 +80,7 @@ from gateway.core.approval import (
     LiveStep,
     ToolPolicy,
 )
-from gateway.core.converter import CallAnnounced, MessageConverter, Mode, map_finish_reason
+from gateway.core.converter import CallAnnounced, MessageConverter, Mode, map_finish_reason, raised_in_agent
 from gateway.core.errors import ApprovalInvalid
 from gateway.core.events import AgentEvent, FunctionCall
 from gateway.core.kinds import ToolKind
@@ -90,6 +90,7 @@ from gateway.core.resample import Resampler
 from gateway.core.vad import EnergyVad, VadEventKind
 from gateway.metrics import Metrics
 from gateway.services.streams import StreamLog
+from gateway.services.turn import told_safely
 
 if TYPE_CHECKING:
     from gateway.services.chat import ChatService
@@ -465,6 +466,8 @@ class LiveSession:
             if event.interrupted or event.turn_complete:
                 self._discarding = False
             return
+        if raised_in_agent(event):
+            event = told_safely(event, self.chat_id)
         result = self._turn.convert(event)
         self._emit(result.chunks)
         if event.error_code or event.error_message:  # (shown: the turn ends with it)

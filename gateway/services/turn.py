@@ -16,6 +16,7 @@ received finds it stored. `outcome` says how the run ended, for the run's metric
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 import time
 from collections.abc import Awaitable, Iterable
@@ -29,12 +30,14 @@ from agents.tools import APPROVALS_STATE_KEY
 from gateway.core.approval import ToolPolicy
 from gateway.core.chunks import Chunk
 from gateway.core.converter import (
+    AGENT_FAILED,
     ArtifactSaved,
     CallAnnounced,
     Effect,
     MessageConverter,
     NeedsApproval,
     SignInRequested,
+    raised_in_agent,
 )
 from gateway.core.errors import GatewayError, ModelTimedOut
 from gateway.core.events import AgentEvent
@@ -42,7 +45,7 @@ from gateway.metrics import Metrics
 from gateway.services.planning import TURN_STATE_KEY, RequestContext, TurnPlan
 from gateway.services.registry import ChatRun
 
-__all__ = ["ChatTurn", "TurnExtras"]
+__all__ = ["ChatTurn", "TurnExtras", "told_safely"]
 
 log = structlog.get_logger("gateway.services.chat")
 
@@ -138,7 +141,7 @@ class ChatTurn:
             # agent failure, logged with its traceback and told to the client in general terms.
             known = _gateway_error(exc)
             if known is None:
-                self.outcome, text = "error", "The agent failed while answering."
+                self.outcome, text = "error", AGENT_FAILED
                 log.exception("run_failed", chat_id=chat_id, error=repr(exc))
             else:
                 self.outcome = "timeout" if isinstance(known, ModelTimedOut) else known.error_code
@@ -178,6 +181,8 @@ class ChatTurn:
     def _convert(self, event: AgentEvent) -> list[Effect]:
         """Logs the event's chunks and carries out what the approval book decides about them;
         returns the effects that need more than the book (I/O)."""
+        if raised_in_agent(event):
+            event = told_safely(event, self.chat_id)
         result = self.converter.convert(event)
         self.emit(result.chunks)
         later: list[Effect] = []
@@ -260,6 +265,14 @@ class ChatTurn:
             await asyncio.shield(save)
         except asyncio.CancelledError:
             log.info("state_save_continues_after_stop", chat_id=self.chat_id)
+
+
+def told_safely(event: AgentEvent, chat_id: str) -> AgentEvent:
+    """An error event from an exception in the agent's code, as the client is told of it: a
+    general message and an id; the log line with the same id has the exception's own text."""
+    error_id = f"err-{secrets.token_hex(6)}"
+    log.warning("agent_error", chat_id=chat_id, error_id=error_id, code=event.error_code, detail=event.error_message)
+    return dataclasses.replace(event, error_message=f"{AGENT_FAILED} (error {error_id})")
 
 
 def _gateway_error(exc: BaseException) -> GatewayError | None:
