@@ -31,7 +31,9 @@ Settings, from the environment:
                             for up to twice ADK_GATEWAY_SHUTDOWN_TIMEOUT_S)
 The rest of the environment reaches the gateways as it is (ADK_GATEWAY_* settings such as
 ADK_GATEWAY_AUTH=jwt and ADK_GATEWAY_AUTH_JWT_SECRET, GOOGLE_API_KEY); their --host, --port,
---session-store and --stream-store are set here and win over the environment.
+--session-store and --stream-store are set here and win over the environment. Unless the
+environment names them, both gateways share a URL signing secret (made once, in the state folder)
+and an artifact folder (`artifacts/` there), so a link or a sign-in made on one works on the other.
 
 Running as root: PostgreSQL refuses to, so its commands run as the `postgres` user
 (`runuser -u postgres --`) in a folder owned by it; nginx's workers run as `nobody`. PostgreSQL
@@ -49,6 +51,7 @@ import json
 import os
 import pwd
 import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -544,9 +547,21 @@ class Starter:
 
     # -- gateways --
 
+    def shared_secret(self) -> str:
+        """The gateways' URL signing secret: made once, kept with the cluster's state (mode 0600)."""
+        path = self.state / "url-signing-secret"
+        if not path.is_file():
+            path.write_text(secrets.token_urlsafe(32))
+            path.chmod(0o600)
+        return path.read_text().strip()
+
     def gateway(self, index: int, port: int, postgres_port: int, redis_port: int) -> dict[str, Any]:
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        # What one instance signs (an artifact link, a sign-in's state) the other checks, and an
+        # artifact one saves the other serves: one secret, one artifact folder for both.
+        env.setdefault("ADK_GATEWAY_URL_SIGNING_SECRET", self.shared_secret())
+        env.setdefault("ADK_GATEWAY_ARTIFACT_STORE", str(self.state / "artifacts"))
         argv = [gateway_python(), "-m", "gateway", "--host", HOST, "--port", str(port),
                 "--session-store", f"postgresql://postgres@{HOST}:{postgres_port}/adk",
                 "--stream-store", f"redis://{HOST}:{redis_port}/0"]
