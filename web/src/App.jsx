@@ -2,29 +2,54 @@ import { generateId } from 'ai';
 import { useEffect, useState } from 'react';
 import { Chat } from './components/Chat.jsx';
 import { SignIn } from './components/SignIn.jsx';
+import { appToUse, useApps } from './useApps.js';
 import { useAuth } from './useAuth.js';
 
-/** The transport and the chat live in the URL (`?transport=ws&chat=…`): a reload resumes that chat. */
+/**
+ * The transport, the chat and the app (when the gateway serves several) live in the URL
+ * (`?transport=ws&chat=…&app=…`): a reload resumes that chat.
+ */
 function readUrl() {
   const params = new URLSearchParams(window.location.search);
   return {
     transport: params.get('transport') === 'ws' ? 'ws' : 'sse',
     chatId: params.get('chat') || generateId(),
+    app: params.get('app') || '',
   };
 }
 
-function writeUrl({ transport, chatId }) {
+function writeUrl({ transport, chatId }, app) {
   const url = new URL(window.location.href);
   url.searchParams.set('transport', transport);
   url.searchParams.set('chat', chatId);
+  if (app) url.searchParams.set('app', app);
+  else url.searchParams.delete('app');
   window.history.replaceState(null, '', url);
+}
+
+/** Which app the chat talks to, shown only when the gateway serves more than one. */
+function AppPicker({ names, value, onChange }) {
+  return (
+    <div className="field">
+      <label htmlFor="app-picker">App</label>
+      <select id="app-picker" data-testid="app" value={value} onChange={event => onChange(event.target.value)}>
+        {names.map(name => (
+          <option key={name} value={name}>
+            {name}
+          </option>
+        ))}
+      </select>
+    </div>
+  );
 }
 
 export function App() {
   const [view, setView] = useState(readUrl);
   const auth = useAuth();
+  const apps = useApps(auth.phase === 'signed-in', auth.token);
+  const app = appToUse(apps, view.app);
 
-  useEffect(() => writeUrl(view), [view]);
+  useEffect(() => writeUrl(view, app), [view, app]);
 
   return (
     <div className="app">
@@ -41,6 +66,14 @@ export function App() {
             <option value="ws">WebSocket</option>
           </select>
         </label>
+        {app && apps && (
+          // Another app is another conversation: a new chat.
+          <AppPicker
+            names={apps.names}
+            value={app}
+            onChange={value => setView(current => ({ ...current, app: value, chatId: generateId() }))}
+          />
+        )}
         {auth.user && (
           <span className="user" data-testid="user" title={`signed in (auth: ${auth.mode})`}>
             {auth.user}
@@ -65,6 +98,7 @@ export function App() {
           key={`${view.transport}:${view.chatId}`}
           chatId={view.chatId}
           transportKind={view.transport}
+          app={app}
           token={auth.token}
           locked={auth.phase !== 'signed-in'}
           onUnauthorized={auth.tokenRefused}

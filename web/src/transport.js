@@ -8,20 +8,25 @@ const AI_SDK_7 = { 'x-ai-sdk-major': '7' };
  * The stock transports of `ai` 7, pointed at the gateway.
  * - `getToken()` returns the access token ('' without auth); it is read on every request (SSE) or
  *   connection (WebSocket), so a new token is used without a new transport.
+ * - `getApp()` names the app that answers (undefined: the gateway's default); it goes in every
+ *   request's body as `app`.
  * - `onUnauthorized()` runs when an HTTP request is answered 401.
  */
-export function createTransport(kind, { getToken, onUnauthorized }) {
+export function createTransport(kind, { getToken, getApp = () => undefined, onUnauthorized }) {
+  const body = () => (getApp() ? { app: getApp() } : {});
   if (kind === 'ws') {
     return new WebSocketChatTransport({
       url: gatewaySocketUrl('/api/chat/ws').href,
       // Browsers cannot set handshake headers: the token goes in the URL.
       params: () => (getToken() ? { access_token: getToken() } : {}),
       headers: AI_SDK_7,
+      body,
     });
   }
   return new DefaultChatTransport({
     api: gatewayUrl('/api/chat'),
     headers: () => ({ ...AI_SDK_7, ...authorization(getToken()) }),
+    body,
     fetch: async (input, init) => {
       const response = await fetch(input, init);
       if (response.status === 401) onUnauthorized();

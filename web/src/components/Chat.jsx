@@ -2,12 +2,14 @@ import { Chat as ChatState, useChat } from '@ai-sdk/react';
 import { getToolName, isToolUIPart } from 'ai';
 import { useCallback, useEffect, useRef, useState } from 'react';
 import { useLiveVoice } from '../live/useLiveVoice.js';
+import { latestState } from '../parts.js';
 import { sendAutomaticallyWhen } from '../predicates.js';
 import { loadMessages, saveMessages } from '../storage.js';
 import { browserTools, mayRun, runBrowserTool } from '../tools.js';
 import { createTransport, stopRun } from '../transport.js';
 import { Composer } from './Composer.jsx';
 import { Message } from './Message.jsx';
+import { StatePanel } from './StatePanel.jsx';
 import { VoicePanel } from './VoicePanel.jsx';
 
 const STATUS_TEXT = { ready: 'Ready', submitted: 'Sending…', streaming: 'Answering…', error: 'Error' };
@@ -60,28 +62,31 @@ function nowPlaying(messages) {
   return undefined;
 }
 
-export function Chat({ chatId, transportKind, token, locked, onUnauthorized, onNetworkError }) {
-  // Read by the transport on each request, so it always has the current token and callbacks.
-  const latest = useRef({ token, onUnauthorized, onNetworkError });
+export function Chat({ chatId, transportKind, app, token, locked, onUnauthorized, onNetworkError }) {
+  // Read by the transport on each request, so it always has the current token, app and callbacks.
+  const latest = useRef({ token, app, onUnauthorized, onNetworkError });
   useEffect(() => {
-    latest.current = { token, onUnauthorized, onNetworkError };
+    latest.current = { token, app, onUnauthorized, onNetworkError };
   });
 
   const [{ chat, transport }] = useState(() => {
     const transport = createTransport(transportKind, {
       getToken: () => latest.current.token,
+      getApp: () => latest.current.app,
       onUnauthorized: () => latest.current.onUnauthorized(),
     });
     const chat = createChat({ chatId, transport, onError: () => latest.current.onNetworkError() });
     return { chat, transport };
   });
   // resume: a reload picks up an answer that is still running (GET …/stream or a `resume` frame).
-  const { messages, status, error, sendMessage, stop, regenerate, clearError, addToolApprovalResponse } = useChat({
-    chat,
-    resume: true,
-  });
+  const { messages, status, error, sendMessage, stop, regenerate, clearError, addToolApprovalResponse, addToolOutput } =
+    useChat({ chat, resume: true });
   const busy = status === 'submitted' || status === 'streaming';
-  const live = useLiveVoice({ chatId: `${chatId}-voice`, getToken: () => latest.current.token });
+  const live = useLiveVoice({
+    chatId: `${chatId}-voice`,
+    getToken: () => latest.current.token,
+    getApp: () => latest.current.app,
+  });
 
   // Keep the history for a reload: after each answer, and as the page goes away.
   useEffect(() => {
@@ -134,6 +139,14 @@ export function Chat({ chatId, transportKind, token, locked, onUnauthorized, onN
     },
     [addToolApprovalResponse],
   );
+  // A long-running call's answer or a sign-in's end: the predicate then sends it (once).
+  const onToolOutput = useCallback(
+    options => {
+      addToolOutput(options);
+      input.current?.focus();
+    },
+    [addToolOutput],
+  );
 
   // Follow the conversation while the reader is at the bottom.
   const log = useRef(null);
@@ -143,6 +156,7 @@ export function Chat({ chatId, transportKind, token, locked, onUnauthorized, onN
   }, [messages, live.messages]);
 
   const track = nowPlaying(messages);
+  const shared = latestState([...messages, ...live.messages]);
   return (
     <main className="chat">
       <div className="statusbar">
@@ -173,13 +187,20 @@ export function Chat({ chatId, transportKind, token, locked, onUnauthorized, onN
         {messages.length === 0 && live.messages.length === 0 && (
           <p className="muted empty">Ask something, or try one of the commands below.</p>
         )}
-        {messages.map(message => (
-          <Message key={message.id} message={message} onAnswer={onAnswer} />
+        {messages.map((message, index) => (
+          <Message
+            key={message.id}
+            message={message}
+            onAnswer={onAnswer}
+            onToolOutput={index === messages.length - 1 ? onToolOutput : undefined}
+          />
         ))}
         {live.messages.map(message => (
           <Message key={message.id} message={message} onAnswer={live.answerApproval} answers={live.answers} live />
         ))}
       </section>
+
+      {shared && <StatePanel state={shared} />}
 
       {error && (
         <div className="error" role="alert" data-testid="error">

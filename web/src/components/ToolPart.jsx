@@ -1,4 +1,6 @@
 import { getToolName } from 'ai';
+import { browserTools } from '../tools.js';
+import { ToolAnswer } from './ToolAnswer.jsx';
 
 /** The five answers to an approval, and what each sends (`addToolApprovalResponse` or `live-approval`). */
 export const ANSWERS = [
@@ -28,18 +30,26 @@ function decisionText({ approved, reason }) {
 
 const json = value => JSON.stringify(value, null, 2);
 
+/** Where the tool runs: on the server, in this page, or elsewhere (an answer the app gives). */
+function whereItRuns(part, name) {
+  if (part.providerExecuted) return 'server';
+  return browserTools[name] ? 'browser' : 'app';
+}
+
 /**
  * A tool call, rendered by its state. `onAnswer(approved, reason)` answers its approval request;
- * `answer` is an answer already sent that the part does not show yet (live sessions).
+ * `answer` is an answer already sent that the part does not show yet (live sessions). A call
+ * whose tool asked for the user's sign-in says so (`signingIn`). A long-running call (`waiting`)
+ * shows its latest interim result (`status`) and a form whose answer goes to `onOutput(output)`.
  */
-export function ToolPart({ part, onAnswer, answer }) {
+export function ToolPart({ part, onAnswer, answer, waiting = false, signingIn = false, status, onOutput }) {
   const name = getToolName(part);
   const approval = part.approval?.approved !== undefined ? part.approval : answer;
   const asking = part.state === 'approval-requested' && approval == null && onAnswer != null;
   const headingId = `tool-${part.toolCallId}`;
   return (
     <section
-      className={`tool state-${part.state}`}
+      className={`tool state-${part.state}${waiting ? ' waiting' : ''}`}
       data-testid="tool-part"
       data-tool-name={name}
       data-state={part.state}
@@ -49,9 +59,9 @@ export function ToolPart({ part, onAnswer, answer }) {
         <span id={headingId} className="tool-name">
           {name}
         </span>
-        <span className="badge">{part.providerExecuted ? 'server' : 'browser'}</span>
+        <span className="badge">{whereItRuns(part, name)}</span>
         <span className="badge state" data-testid="tool-state">
-          {STATES[part.state] ?? part.state}
+          {waiting ? 'Waiting for an answer' : signingIn ? 'Waiting for sign-in' : (STATES[part.state] ?? part.state)}
         </span>
       </header>
       {part.input !== undefined && (
@@ -59,6 +69,7 @@ export function ToolPart({ part, onAnswer, answer }) {
           {json(part.input)}
         </pre>
       )}
+      {waiting && <ToolAnswer status={status} onOutput={onOutput} />}
       {asking && (
         <div className="answers" role="group" aria-label={`Run ${name}?`} data-testid="approval-buttons">
           {ANSWERS.map(({ label, testid, approved, reason }) => (

@@ -22,7 +22,7 @@ function rms(buffer) {
  * comes back as one UI message (chunk frames); its `data-pcm` audio is played as it arrives.
  * Speaking, Interrupt, typing, or a turn that ends `interrupted` cuts the playback at once.
  */
-export function useLiveVoice({ chatId, getToken }) {
+export function useLiveVoice({ chatId, getToken, getApp = () => undefined }) {
   const [status, setStatus] = useState('off'); // off | connecting | on | closing
   const [handsFree, setHandsFree] = useState(false);
   const [talking, setTalking] = useState(false);
@@ -120,7 +120,14 @@ export function useLiveVoice({ chatId, getToken }) {
       };
 
       ws.onopen = () =>
-        send({ type: 'live-start', id: chatId, sampleRate: 16000, handsFree, headers: { 'x-ai-sdk-major': '7' } });
+        send({
+          type: 'live-start',
+          id: chatId,
+          ...(getApp() ? { app: getApp() } : {}),
+          sampleRate: 16000,
+          handsFree,
+          headers: { 'x-ai-sdk-major': '7' },
+        });
       ws.onmessage = event => typeof event.data === 'string' && onFrame(JSON.parse(event.data));
       ws.onclose = event => {
         s.closeMic?.();
@@ -132,7 +139,7 @@ export function useLiveVoice({ chatId, getToken }) {
         setTalking(false);
       };
     },
-    [chatId, getToken, send],
+    [chatId, getToken, getApp, send],
   );
 
   const stop = useCallback(() => {
