@@ -15,17 +15,21 @@
   the browser sent, so ADK hands the model a real result. What an answer means — run, refuse with
   ADK's rejection or the interrupt result, remember "always" / "never" — is decided by
   `gateway.core.approval` (`LiveApproval.refusal`, `Decision.permission`), not here.
-- `BoundsPlugin` bounds how long model and tool calls may take (see its docstring). It is the
-  first plugin of the runner, so its callbacks always run: ADK stops at the first plugin callback
-  that returns a value, and this one returns a value only for the errors it caused itself.
+- `BoundsPlugin` bounds how long model and tool calls may take (see its docstring), and answers
+  a tool that raised with a general message and an error id (the exception goes to the log only).
+  It is the first plugin of the runner, so its callbacks always run: ADK stops at the first plugin
+  callback that returns a value. Before answering a tool's error itself, it asks the app's own
+  error callbacks (the later plugins, the agent's), so theirs still win.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 import structlog
 from google.adk.models.llm_request import LlmRequest
@@ -43,6 +47,7 @@ __all__ = [
     "APPROVALS_STATE_KEY",
     "BOUNDS_PLUGIN_NAME",
     "PLUGIN_NAME",
+    "TOOL_FAILED",
     "Bounds",
     "BoundsPlugin",
     "BrowserTool",
@@ -56,6 +61,8 @@ __all__ = [
 log = structlog.get_logger("agents.tools")
 
 PLUGIN_NAME: Final = "gateway_permissions"
+# What the client and the model are told when a server tool raised (with an error id the log has).
+TOOL_FAILED: Final = "The tool failed."
 BOUNDS_PLUGIN_NAME: Final = "gateway_bounds"
 
 # Session-state key of the chat's `ApprovalBook` (see gateway.core.approval).
@@ -271,11 +278,47 @@ class BoundsPlugin(BasePlugin):
     async def on_tool_error_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: Any, error: Exception
     ) -> dict[str, Any] | None:
-        if not isinstance(error, ToolTimedOut):
+        """The call's result when its tool raised. Its own timeout says so; any other exception
+        is first offered to the app's own error callbacks (the plugins after this one, then the
+        agent's `on_tool_error_callback`), and if none answers, the call's result is the general
+        `TOOL_FAILED` with an error id, which the log line `tool_failed` also carries, with the
+        exception: neither the client nor the model sees the exception's own words. A call of a
+        tool the agent does not have is left to ADK, whose answer names the tools it has."""
+        if isinstance(error, ToolTimedOut):
+            log.warning("tool_timeout", tool=tool.name, timeout_s=error.timeout_s)
+            self.bounds.fired("tool")
+            return {"error": f"The tool {tool.name} did not finish within {error.timeout_s:g} s."}
+        if type(tool) is BaseTool:  # ADK's stand-in for a name the agent has no tool for
             return None
-        log.warning("tool_timeout", tool=tool.name, timeout_s=error.timeout_s)
-        self.bounds.fired("tool")
-        return {"error": f"The tool {tool.name} did not finish within {error.timeout_s:g} s."}
+        answered = await self._app_answer(tool, tool_args, tool_context, error)
+        if answered is not None:
+            return answered
+        error_id = f"err-{secrets.token_hex(6)}"
+        log.warning("tool_failed", tool=tool.name, error_id=error_id, error=repr(error), exc_info=error)
+        return {"error": f"{TOOL_FAILED} (error {error_id})"}
+
+    async def _app_answer(
+        self, tool: BaseTool, tool_args: dict[str, Any], tool_context: Any, error: Exception
+    ) -> dict[str, Any] | None:
+        """What the app's own error callbacks answer, in ADK's order: the plugins after this one
+        (this one runs first, and ADK asks no plugin after one that answered), then the agent's."""
+        context = getattr(tool_context, "_invocation_context", None)
+        if context is None:
+            return None
+        plugins = list(getattr(getattr(context, "plugin_manager", None), "plugins", []))
+        later = plugins[plugins.index(self) + 1:] if self in plugins else []
+        for plugin in later:
+            answer = await plugin.on_tool_error_callback(tool=tool, tool_args=tool_args, tool_context=tool_context,
+                                                         error=error)
+            if answer is not None:
+                return cast(dict[str, Any], answer)
+        for callback in getattr(context.agent, "canonical_on_tool_error_callbacks", []):
+            answer = callback(tool=tool, args=tool_args, tool_context=tool_context, error=error)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            if answer is not None:
+                return cast(dict[str, Any], answer)
+        return None
 
 
 # The attribute of a wrapped tool that holds the `Bounds` of the host that called it last (an

@@ -68,7 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # from, and what the collector's thresholds do to it").
         if (thresholds := settings.gc_threshold_values()) is not None:
             gc.set_threshold(*thresholds)
-        structlog.get_logger("gateway").info("listening", url=f"http://{settings.host}:{settings.port}")
+        # The names a request's Host may carry (besides IP addresses): any other is answered 421.
+        structlog.get_logger("gateway").info("listening", url=f"http://{settings.host}:{settings.port}",
+                                             hosts="*" if settings.any_host else sorted(settings.host_names))
         web.run_app(
             app,
             host=settings.host,

@@ -21,7 +21,7 @@ from aiohttp import WSCloseCode, web
 
 from agents.adk import AgentApps, AgentHost, AgentLoadError, load_agents, session_service_from_uri
 from agents.artifacts import ArtifactStoreError, artifact_service_from_uri
-from gateway.config import Settings
+from gateway.config import Settings, host_name, origin_key
 from gateway.core.errors import ServiceUnavailable, Unauthorized
 from gateway.keys import (
     AUTH,
@@ -245,8 +245,9 @@ async def _drain(app: web.Application) -> None:
 def _door(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> Awaitable[web.StreamResponse]:
-    """Every request's way in (`transports.door`): a CORS preflight is answered; everything else
-    runs its handler behind the door's checks and error answers.
+    """Every request's way in (`transports.door`): a CORS preflight is answered (421 first when
+    its `Host` is not the gateway's); everything else runs its handler behind the door's checks,
+    the `Host` first, and error answers.
 
     A plain function, not a coroutine: for a handler that passes the door itself (the
     WebSocket handshake's, `door.passes_itself`), it hands aiohttp the handler's own coroutine,
@@ -321,6 +322,59 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
 
+STATIC_PREFIX = "/static/"
+
+
+def page_headers(request: web.Request) -> dict[str, str]:
+    """The headers of the chat page and its static files: a Content-Security-Policy, `nosniff`,
+    no Referer, no framing.
+
+    The policy lets the page load its own scripts, styles, fonts and workers ('self'); show images
+    from itself, `data:` and `blob:` URLs and the gateway's artifact links (under its own origin,
+    or `--public-url`'s): an image a model writes into markdown elsewhere is not fetched, so it
+    cannot carry a chat out; connect to the gateway only (its http and ws origins, the origin the
+    page was reached at and `--public-url`'s); no plugins, no `<base>`, and no page may frame it.
+    Styles may be inline (`'unsafe-inline'`): Google's search suggestions are shown as the HTML
+    Google sends, with its `<style>`, in a sandboxed `<iframe srcdoc>`, which inherits this
+    policy; a style cannot fetch anything the policy does not allow, and the page renders no
+    HTML from a model. The policy is the one of the page this gateway serves: a copy of the
+    page served from another origin gets its own host's headers (README, "Threat model").
+    """
+    settings = request.app[SETTINGS]
+    connect, images = ["'self'"], ["'self'", "data:", "blob:"]
+    own = door.own_origin(request)
+    for origin in (own, origin_key(settings.public_url) if settings.public_url else ""):
+        scheme, _, host = origin.partition("://")
+        if scheme in ("http", "https") and host and host_name(host) is not None:
+            socket = f"{'wss' if scheme == 'https' else 'ws'}://{host}"
+            connect += [origin, socket] if origin != own else [socket]
+            if origin != own:
+                images.append(origin)
+    policy = "; ".join([
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self' 'unsafe-inline'",
+        f"img-src {' '.join(images)}",
+        f"connect-src {' '.join(dict.fromkeys(connect))}",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ])
+    return {
+        "Content-Security-Policy": policy,
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "X-Frame-Options": "DENY",
+    }
+
+
+async def _static_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: the page's headers (`page_headers`) on its static files too."""
+    if request.path.startswith(STATIC_PREFIX) and response.status < 400:
+        response.headers.update(page_headers(request))
+
+
 def _web_dir(settings: Settings) -> Path:
     """The built chat page: --web-dir; else a checkout's web/dist (`make run` builds it there);
     else the copy an installed wheel carries (gateway/page, made by deploy/packaging/backend.py)."""
@@ -359,8 +413,8 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
     async def index(request: web.Request) -> web.StreamResponse:
         page = web_dir / "index.html"
         if page.is_file():
-            return web.FileResponse(page, headers={"Cache-Control": "no-cache"})
-        return web.Response(text=FALLBACK_PAGE, content_type="text/html")
+            return web.FileResponse(page, headers={"Cache-Control": "no-cache", **page_headers(request)})
+        return web.Response(text=FALLBACK_PAGE, content_type="text/html", headers=page_headers(request))
 
     app.router.add_post("/api/chat", chat_post)
     app.router.add_get(door.WS_PATH, chat_socket)
@@ -376,5 +430,6 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/", index)
     if web_dir.is_dir():
-        app.router.add_static("/static/", web_dir, append_version=False)
+        app.router.add_static(STATIC_PREFIX, web_dir, append_version=False)
+        app.on_response_prepare.append(_static_headers)
     return app

@@ -11,15 +11,19 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from functools import cached_property
+from typing import Any, Final, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-__all__ = ["ENV_PREFIX", "Settings", "SettingsError", "is_loopback", "load_settings", "settings_table", "uses_vertex"]
+__all__ = ["ENV_PREFIX", "MIN_HS256_SECRET_BYTES", "Settings", "SettingsError", "host_name", "is_ip_address",
+           "is_loopback", "jwks_url_problem", "load_settings", "origin_key", "settings_table", "uses_vertex"]
 
 ENV_PREFIX = "ADK_GATEWAY_"
 SESSION_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-SECRET_SETTINGS = frozenset({"auth_jwt_secret", "metrics_token"})
+SECRET_SETTINGS = frozenset({"auth_jwt_secret", "metrics_token", "url_signing_secret"})
+MIN_HS256_SECRET_BYTES: Final = 32  # RFC 7518, section 3.2: a key at least as long as the hash
 
 
 def is_loopback(host: str) -> bool:
@@ -30,6 +34,70 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+_HOST = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9_-]+(?:\.[a-z0-9_-]+)*)\.?)(?::(?P<port>[0-9]{1,5}))?")
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+def host_name(value: str) -> str | None:
+    """The host of a `Host` header value (or an --allowed-hosts entry): lower case, without its port,
+    an IPv6 address's brackets and a name's final dot. None when it is not a host name or address."""
+    match = _HOST.fullmatch(value.strip().lower())
+    if match is None:
+        return None
+    if match["v6"] is not None:
+        try:
+            return str(ipaddress.IPv6Address(match["v6"]))
+        except ValueError:
+            return None
+    return match["name"]
+
+
+def is_ip_address(name: str) -> bool:
+    """True for an IPv4 or IPv6 address (as `host_name` gives it), False for a name."""
+    if not name or not (name[0].isdigit() or ":" in name):
+        return False
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def origin_key(origin: str) -> str:
+    """An Origin (or a URL) as compared whole: `scheme://host[:port]` in lower case, without a default
+    port or a trailing slash. Something that is no such URL (`null`) is kept as written."""
+    text = origin.strip().rstrip("/")
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        return text.lower()
+    if not parts.scheme or not parts.hostname:
+        return text.lower()
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    scheme = parts.scheme.lower()
+    shown = "" if port is None or _DEFAULT_PORTS.get(scheme) == port else f":{port}"
+    return f"{scheme}://{host}{shown}"
+
+
+def jwks_url_problem(url: str, *, allow_insecure: bool) -> str | None:
+    """Why a JWKS URL is refused, or None: https://, or http:// to a loopback host (the gateway warns
+    at start) or with --allow-insecure-jwks."""
+    parts = urlsplit(url.strip())
+    if parts.scheme == "https" and parts.hostname:
+        return None
+    if parts.scheme == "http" and parts.hostname:
+        if allow_insecure or is_loopback(parts.hostname):
+            return None
+        return ("an http:// key set can be swapped by anyone on the path, who could then sign tokens for any user; "
+                "use https://, or set --allow-insecure-jwks if this is meant")
+    return "must be an https:// URL"
+
+
+def _items(listed: str) -> list[str]:
+    return [item.strip() for item in listed.split(",") if item.strip()]
 
 
 class SettingsError(ValueError):
@@ -112,10 +180,22 @@ class Settings(BaseModel):
     allow_anonymous: bool = Field(
         default=False, description="Allow --auth none on a host that is not loopback (anyone can be anyone)."
     )
-    auth_jwt_secret: str = Field(default="", description="--auth jwt: the HS256 shared secret.", repr=False)
+    auth_jwt_secret: str = Field(
+        default="", description="--auth jwt: the HS256 shared secret (32 bytes or more, unless "
+        "--allow-weak-jwt-secret).", repr=False,
+    )
+    allow_weak_jwt_secret: bool = Field(
+        default=False, description="Start with an --auth-jwt-secret shorter than 32 bytes (anyone who guesses it "
+        "can sign tokens for any user; tests only)."
+    )
     auth_jwks_url: str = Field(
-        default="", description="--auth jwt: URL of a JWKS key set for RS256/ES256 tokens (cached, refetched "
-        "on an unknown 'kid')."
+        default="", description="--auth jwt: https:// URL of a JWKS key set for RS256/ES256 tokens (cached, "
+        "refetched on an unknown 'kid'; at most 64 KiB, no redirects). http:// only on a loopback host (with a "
+        "warning) or with --allow-insecure-jwks."
+    )
+    allow_insecure_jwks: bool = Field(
+        default=False, description="Accept an http:// --auth-jwks-url on a host that is not loopback (anyone on the "
+        "path can swap the keys and sign tokens for any user)."
     )
     auth_jwks_cache_s: float = Field(default=300.0, ge=0, le=86_400, description="How long a JWKS key set is kept.")
     auth_jwt_audience: str = Field(default="", description="--auth jwt: required 'aud' (empty: not checked).")
@@ -207,15 +287,23 @@ class Settings(BaseModel):
     stream_buffer_bytes: int = Field(
         default=8 * 1024 * 1024, ge=1024, description="Largest resumable stream kept per chat."
     )
+    allowed_hosts: str = Field(
+        default="",
+        description="Comma-separated host names the gateway answers to (the Host header, any port), besides "
+        "localhost, IP addresses and the --host name; any other Host gets 421 (DNS rebinding). Behind a proxy "
+        "that passes the public Host (the nginx site does): the public names, e.g. chat.example.com. '*': any "
+        "(not with --auth none).",
+    )
     allowed_origins: str = Field(
         default="",
-        description="Comma-separated Origins allowed to open the WebSocket; empty: same host only. "
-        "'*' allows any (not recommended).",
+        description="Comma-separated Origins (scheme://host[:port]) allowed to open the WebSocket besides the "
+        "gateway's own and --cors-origins. '*' allows any (not recommended; not with --auth none).",
     )
     cors_origins: str = Field(
         default="",
         description="Comma-separated Origins of chat apps on other origins allowed to call the HTTP API "
-        "(CORS); empty: none (same-origin pages need none). '*' allows any origin without credentials.",
+        "(CORS); empty: none (same-origin pages need none). '*' allows any origin without credentials (not with "
+        "--auth none).",
     )
     vad_silence_ms: int = Field(
         default=700, ge=100, le=10_000, description="Hands-free live mode: silence that ends an utterance."
@@ -310,6 +398,64 @@ class Settings(BaseModel):
                 f"this is meant"
             )
         return self
+
+    @model_validator(mode="after")
+    def _doors_shut(self) -> Settings:
+        """Settings that would leave a door open with nothing behind it stop the start (issue 36)."""
+        if (self.auth == "jwt" and self.auth_jwt_secret and not self.allow_weak_jwt_secret
+                and len(self.auth_jwt_secret.encode()) < MIN_HS256_SECRET_BYTES):
+            raise ValueError(
+                f"--auth-jwt-secret / ADK_GATEWAY_AUTH_JWT_SECRET: {len(self.auth_jwt_secret.encode())} bytes is too "
+                f"short for HS256 (at least {MIN_HS256_SECRET_BYTES}: anyone who guesses it can sign tokens for any "
+                f"user); generate one with `python3 -c 'import secrets; print(secrets.token_hex(32))'`, or set "
+                f"--allow-weak-jwt-secret for a test"
+            )
+        if self.auth_jwks_url:
+            problem = jwks_url_problem(self.auth_jwks_url, allow_insecure=self.allow_insecure_jwks)
+            if problem is not None:
+                raise ValueError(f"--auth-jwks-url / ADK_GATEWAY_AUTH_JWKS_URL: {problem}")
+        for name, listed in (("allowed_hosts", self.allowed_hosts), ("cors_origins", self.cors_origins),
+                             ("allowed_origins", self.allowed_origins)):
+            if self.auth == "none" and "*" in _items(listed):
+                raise ValueError(
+                    f"{_flag(name)} / {ENV_PREFIX}{name.upper()}: '*' with --auth none would let every web site act "
+                    f"as any user of this gateway; list the origins or hosts, or set --auth jwt or api-keys"
+                )
+        for entry in _items(self.allowed_hosts):
+            match = _HOST.fullmatch(entry.lower())
+            if entry != "*" and (match is None or match["port"] is not None or host_name(entry) is None):
+                raise ValueError(
+                    f"--allowed-hosts / ADK_GATEWAY_ALLOWED_HOSTS: {entry!r} is not a host name (list names such as "
+                    f"chat.example.com, without a scheme or a port)"
+                )
+        return self
+
+    @cached_property
+    def host_names(self) -> frozenset[str]:
+        """The names a request's Host may carry besides an IP address (`transports.door`): localhost,
+        the --host name (unless it is a wildcard address) and --allowed-hosts."""
+        names = {"localhost"}
+        listen = host_name(self.host)
+        if listen is not None and listen not in ("0.0.0.0", "::"):
+            names.add(listen)
+        names.update(name for entry in _items(self.allowed_hosts) if (name := host_name(entry)) is not None)
+        return frozenset(names)
+
+    @property
+    def any_host(self) -> bool:
+        """--allowed-hosts '*': the Host is not checked."""
+        return "*" in _items(self.allowed_hosts)
+
+    @cached_property
+    def cors_keys(self) -> frozenset[str]:
+        """--cors-origins, each as `origin_key` compares it."""
+        return frozenset(origin_key(origin) for origin in self.cors)
+
+    @cached_property
+    def socket_origin_keys(self) -> frozenset[str]:
+        """The origins that may open the WebSocket besides the gateway's own: --allowed-origins and
+        --cors-origins, each as `origin_key` compares it."""
+        return frozenset(origin_key(origin) for origin in self.origins | self.cors)
 
     @property
     def cors(self) -> frozenset[str]:

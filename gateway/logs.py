@@ -5,13 +5,17 @@ The standard library's loggers (ADK's, aiohttp's, any library's) go through the 
 (structlog's `ProcessorFormatter` on the root handler), so with `--log-format json` every line on
 stderr is one JSON object. `AccessLogger` writes one line per HTTP request (a WebSocket's when it
 closes): method, path without its query string (tokens travel there), status, bytes and duration.
+Every string value of every line passes `_redact_credentials`: a URL query's values, access tokens
+(percent-encoded names too), bearer credentials and JWTs become `[redacted]`.
 
 `bind()` / `unbind()` bind one such value for a block without a context manager: a connection that
 lives for minutes keeps only the token, not a `bound_contextvars` generator and its frame."""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import sys
 from contextvars import Token
 from typing import Any
@@ -24,14 +28,20 @@ from aiohttp.web import BaseRequest, StreamResponse
 __all__ = ["AccessLogger", "bind", "configure_logging", "get_logger", "unbind"]
 
 
+# What a string must hold for `redact` to have anything to do: a query, an `access_token=` (plain
+# or percent-encoded, any case), a bearer credential, a JWT. Most log values hold none of these.
+_MAYBE_CREDENTIAL = re.compile(r"[?=%]|eyJ|earer|EARER")
+
+
 def _redact_credentials(
     logger: object, method: str, event_dict: structlog.types.EventDict
 ) -> structlog.types.EventDict:
-    """Last line of defence: no log line carries an access token or a bearer credential."""
+    """Last line of defence: no log line carries a URL query's values, an access token (however
+    its name is encoded), a bearer credential or a JWT (`gateway.services.auth.redact`)."""
     from gateway.services.auth import redact
 
     for key, value in event_dict.items():
-        if isinstance(value, str) and ("access_token=" in value or "earer " in value):
+        if isinstance(value, str) and _MAYBE_CREDENTIAL.search(value) is not None:
             event_dict[key] = redact(value)
     return event_dict
 
@@ -39,8 +49,13 @@ def _redact_credentials(
 def _json_line(event_dict: Any, **kwargs: Any) -> str:
     """structlog's `JSONRenderer` serializer: orjson (a fraction of the standard library's time per
     line), values it cannot hold through structlog's fallback (`default`), keys that are not
-    strings as their `str()`."""
-    return orjson.dumps(event_dict, default=kwargs.get("default"), option=orjson.OPT_NON_STR_KEYS).decode()
+    strings as their `str()`. A string orjson refuses (a lone surrogate, e.g. from a header's
+    non-UTF-8 bytes) goes through the standard library's encoder, which escapes it: the line is
+    written rather than lost."""
+    try:
+        return orjson.dumps(event_dict, default=kwargs.get("default"), option=orjson.OPT_NON_STR_KEYS).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(event_dict, default=kwargs.get("default") or repr, ensure_ascii=True)
 
 
 def resolved_format(fmt: str) -> str:
@@ -94,7 +109,9 @@ class AccessLogger(AbstractAccessLogger):
         self.log_access.info(
             "access",
             method=request.method,
-            path=request.path,  # never the query string: `?access_token=` travels there
+            # Never the query string (`?access_token=` travels there); a query hidden in the path
+            # (`%3F` decodes to `?`) is redacted on the way out (`_redact_credentials`).
+            path=request.path,
             status=response.status,
             bytes=response.body_length,
             duration_ms=round(time * 1000, 1),

@@ -1,10 +1,22 @@
 """The door: what every HTTP request passes before its handler, and how a failure is answered.
 
-In order: a CORS preflight is answered (`preflight`); new runs are refused while draining, POSTs
-are guarded against cross-site use, and the caller of an `/api/` route is authenticated (`admit`,
-which sets the request's `IDENTITY`); then the handler runs, and what it raises becomes the
-JSON error shape (`answer`: a `GatewayError` its own status and message, anything unexpected a
-500 with the detail in the log only).
+In order: a request whose `Host` is not one the gateway answers to is refused with 421
+(`check_host`: DNS rebinding, see below); a CORS preflight is answered (`preflight`); new runs are
+refused while draining, POSTs are guarded against cross-site use, and the caller of an `/api/`
+route is authenticated (`admit`, which checks the Host first and sets the request's `IDENTITY`);
+then the handler runs, and what it raises becomes the JSON error shape (`answer`: a
+`GatewayError` its own status and message, anything unexpected a 500 with the detail in the log
+only).
+
+DNS rebinding: a page on a name the attacker controls (`evil.test`) that later resolves to the
+gateway's address is, for the browser, on its own origin: its requests carry `Host: evil.test`
+and `Origin: http://evil.test`, which agree, so an Origin check alone lets them through. The Host
+must therefore name the gateway itself: `localhost`, an IP address (a rebinding needs a name), the
+`--host` name or one of `--allowed-hosts`, on any port (a browser sends the port of the page's own
+URL, so it tells nothing; a dev server or a proxy that forwards with its own port keeps working).
+Origins are compared whole (scheme, host and port, `config.origin_key`): the gateway's own is the
+scheme it was reached with (a proxy's `X-Forwarded-Proto`, which a page cannot set on a
+cross-site request or a socket) and the Host, or `--public-url`.
 
 The app's one middleware (`gateway.app`) runs these around every handler but the WebSocket
 handshake's: a socket's handler calls `admit` and `answer` itself (`passes_itself`), so no
@@ -20,12 +32,21 @@ from typing import Any, Final, TypeVar
 import structlog
 from aiohttp import web
 
-from gateway.core.errors import GatewayError, OriginRefused, ServiceUnavailable, Unauthorized, UnsupportedMediaType
+from gateway.config import host_name, is_ip_address, origin_key
+from gateway.core.errors import (
+    GatewayError,
+    HostRefused,
+    OriginRefused,
+    ServiceUnavailable,
+    Unauthorized,
+    UnsupportedMediaType,
+)
 from gateway.keys import AUTH, DRAINING, IDENTITY, METRICS, SETTINGS
-from gateway.services.auth import AnonymousAuth, Identity, bearer_token, redact
+from gateway.services.auth import AnonymousAuth, Identity, bearer_token, query_token, redact, redact_target
 
-__all__ = ["CORS_ALLOW_HEADERS", "CORS_EXPOSE_HEADERS", "WS_PATH", "admit", "answer", "cors_headers", "identity_of",
-           "needs_no_credential", "passes_door_itself", "passes_itself", "preflight", "refused"]
+__all__ = ["CORS_ALLOW_HEADERS", "CORS_EXPOSE_HEADERS", "WS_PATH", "admit", "answer", "check_host", "cors_headers",
+           "identity_of", "is_own_origin", "loggable_target", "needs_no_credential", "passes_door_itself",
+           "passes_itself", "preflight", "refused"]
 
 log = structlog.get_logger("gateway.app")
 
@@ -57,6 +78,7 @@ async def admit(request: web.Request, *, keep: bool = True) -> Identity | None:
     the caller of an `/api/` route (None for any other path), kept on the request (`IDENTITY`)
     unless `keep` is false: a socket keeps it in its handler instead (a request's first key
     costs it a dict table for as long as it lives)."""
+    check_host(request)
     refuse_when_draining(request)
     guard_posts(request)
     identity = await authenticate(request)
@@ -81,7 +103,7 @@ def answer(request: web.Request, exc: Exception) -> web.StreamResponse:
     if isinstance(exc, ConnectionError) or not request.path.startswith("/api/"):
         raise exc  # a client gone (e.g. before a handshake's answer) has nobody to answer
     # Anything unexpected: the client gets the one-line JSON error shape, the log the detail.
-    log.error("request_failed", path=redact(request.path), error=repr(exc), exc_info=exc)
+    log.error("request_failed", path=redact(request.path), error=redact(repr(exc)), exc_info=exc)
     error = GatewayError()
     return web.json_response(error.body(), status=error.status)
 
@@ -94,9 +116,35 @@ def refuse_when_draining(request: web.Request) -> None:
 WS_PATH = "/api/chat/ws"
 
 
-def same_origin(request: web.Request, origin: str) -> bool:
-    """The Origin names the host this request was sent to (the page's own)."""
-    return origin.rstrip("/").split("://", 1)[-1] == request.headers.get("Host", "")
+def check_host(request: web.Request) -> None:
+    """Refuses (421) a request whose `Host` the gateway does not answer to (see the module
+    docstring): `localhost`, an IP address, the `--host` name and `--allowed-hosts` pass."""
+    settings = request.app[SETTINGS]
+    if settings.any_host:
+        return
+    raw = request.headers.get("Host", "")
+    name = host_name(raw)
+    if name is not None and (name in settings.host_names or is_ip_address(name)):
+        return
+    refused(request, "host", host=raw[:200])
+    raise HostRefused()
+
+
+def own_origin(request: web.Request) -> str:
+    """The origin this request was sent to, as `origin_key` writes it: the scheme the client used
+    (a proxy's `X-Forwarded-Proto`, else the connection's) and the Host."""
+    forwarded = request.headers.get("X-Forwarded-Proto", "").split(",", 1)[0].strip().lower()
+    scheme = forwarded if forwarded in ("http", "https") else request.scheme
+    return origin_key(f"{scheme}://{request.headers.get('Host', '')}")
+
+
+def is_own_origin(request: web.Request, origin: str) -> bool:
+    """The Origin is the gateway's own, compared whole: the origin the request was sent to, or
+    `--public-url`'s. `https://127.0.0.1:PORT` is not the own origin of a gateway served over
+    http on that port."""
+    key = origin_key(origin)
+    public_url = request.app[SETTINGS].public_url
+    return key == own_origin(request) or (bool(public_url) and key == origin_key(public_url))
 
 
 def guard_posts(request: web.Request) -> None:
@@ -105,19 +153,27 @@ def guard_posts(request: web.Request) -> None:
     preflight, which only `--cors-origins` passes."""
     if request.method == "POST" and request.path.startswith("/api/"):
         origin = request.headers.get("Origin")
-        if origin is not None and not same_origin(request, origin):
-            allowed = request.app[SETTINGS].cors
-            if "*" not in allowed and origin.rstrip("/") not in allowed:
-                refused(request, "foreign_origin", origin=origin)
+        if origin is not None and not is_own_origin(request, origin):
+            settings = request.app[SETTINGS]
+            if "*" not in settings.cors and origin_key(origin) not in settings.cors_keys:
+                refused(request, "foreign_origin", origin=origin[:200])
                 raise OriginRefused("This origin may not call the chat API.")
         if request.content_type != "application/json":
             refused(request, "not_json", content_type=request.content_type)
             raise UnsupportedMediaType()
 
 
+def loggable_target(request: web.Request) -> str:
+    """The request's path and query as a log line may show them: the query's parameter names,
+    never their values (`auth.redact_target`). Parses the raw query without caching it on the
+    request (a socket's request lives as long as the socket)."""
+    url = request.rel_url
+    return redact_target(url.raw_path, url.raw_query_string)
+
+
 def refused(request: web.Request, reason: str, **detail: object) -> None:
     request.app[METRICS].auth_refused.labels(reason=reason).inc()
-    log.info("request_refused_at_door", reason=reason, method=request.method, path=redact(request.path_qs),
+    log.info("request_refused_at_door", reason=reason, method=request.method, path=loggable_target(request),
              peer=request.remote, **detail)
 
 
@@ -131,7 +187,9 @@ async def authenticate(request: web.Request) -> Identity | None:
         return auth.claimed(request.headers)
     token = bearer_token(request.headers)
     if token is None and request.path == WS_PATH:
-        token = request.query.get("access_token") or None  # browsers cannot set handshake headers
+        # Browsers cannot set handshake headers. Read from the raw query, not `request.query`, which
+        # would keep the parsed token on the request for the socket's life.
+        token = query_token(request.rel_url.raw_query_string)
     if token is None:
         refused(request, "no_credential")
         raise Unauthorized()
@@ -155,18 +213,23 @@ _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+")  # an HTTP token, lower-c
 
 def cors_origin(request: web.Request) -> str | None:
     """The value for Access-Control-Allow-Origin, or None when this origin is not allowed."""
-    allowed = request.app[SETTINGS].cors
+    settings = request.app[SETTINGS]
     origin = request.headers.get("Origin")
-    if not allowed or origin is None or not request.path.startswith("/api/"):
+    if not settings.cors or origin is None or not request.path.startswith("/api/"):
         return None
-    if "*" in allowed:
+    if "*" in settings.cors:
         return "*"
-    return origin if origin.rstrip("/") in allowed else None
+    return origin if origin_key(origin) in settings.cors_keys else None
 
 
 def preflight(request: web.Request) -> web.Response | None:
-    """The answer to a CORS preflight; None for any other request."""
+    """The answer to a CORS preflight (a Host the gateway does not answer to gets 421 first);
+    None for any other request."""
     if request.method == "OPTIONS" and request.headers.get("Access-Control-Request-Method"):
+        try:
+            check_host(request)
+        except HostRefused as exc:
+            return web.json_response(exc.body(), status=exc.status)
         origin = cors_origin(request)
         if origin is None:
             return web.Response(status=403)

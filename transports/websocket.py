@@ -50,6 +50,7 @@ import structlog
 from aiohttp import WSCloseCode, WSMessage, WSMsgType, web
 from pydantic import ValidationError
 
+from gateway.config import origin_key
 from gateway.core import encoding, jsonparse
 from gateway.core.errors import GatewayError, HistoryTooLong, LimitReached, OriginRefused, SlowReader, Unauthorized
 from gateway.core.requests import (
@@ -63,8 +64,8 @@ from gateway.core.requests import (
     message_count,
     validate_frame,
 )
-from gateway.keys import AUTH, SERVICE, SETTINGS
-from gateway.services.auth import bearer_token, redact
+from gateway.keys import AUTH, METRICS, SERVICE, SETTINGS
+from gateway.services.auth import Authenticator, bearer_token
 from gateway.services.chat import RequestContext
 from gateway.services.live import LiveFrame, LiveHandle, LiveOptions, start_live
 from gateway.services.registry import ChatRun, Connection, SendVerdict
@@ -134,26 +135,22 @@ class WebSocketRequestTransport(Transport):
         await self.socket.send(encoding.ws_end(self.request_id))
 
 
-def origin_allowed(request: web.Request, allowed: frozenset[str]) -> bool:
-    """Exact-match Origin allowlist; without one, only the page's own host. No Origin: not a
+def origin_allowed(request: web.Request, settings: Settings) -> bool:
+    """The gateway's own origin, or one of `--allowed-origins` and `--cors-origins`, each compared
+    whole (scheme, host, port: `door.is_own_origin`, `config.origin_key`). No Origin: not a
     browser, allowed (browsers always send Origin on a WebSocket handshake)."""
     origin = request.headers.get("Origin")
-    if origin is None:
+    if origin is None or "*" in settings.origins or "*" in settings.cors:
         return True
-    origin = origin.rstrip("/")
-    if "*" in allowed:
-        return True
-    if allowed:
-        return origin in allowed
-    host = request.headers.get("Host", "")
-    return origin.split("://", 1)[-1] == host
+    return door.is_own_origin(request, origin) or origin_key(origin) in settings.socket_origin_keys
 
 
 class SocketSession:
     """One socket's requests; see the module docstring. `handle()` takes each frame the handler reads."""
 
-    __slots__ = ("_deliveries", "_guard", "_runs", "_send_lock", "_slow_close", "bad_frames", "conn", "http_request",
-                 "live", "live_request_id", "service", "settings", "user_id", "ws")
+    __slots__ = ("_deliveries", "_guard", "_runs", "_send_lock", "_slow_close", "auth", "bad_frames", "conn",
+                 "connection", "handshake_major", "live", "live_request_id", "origin", "service", "settings", "user_id",
+                 "ws")
 
     def __init__(
         self,
@@ -170,7 +167,14 @@ class SocketSession:
         self.conn = conn
         self.service = service
         self.settings = settings
-        self.http_request = request
+        # What the socket needs of its handshake, taken now; the request (its query holds the
+        # token) is not kept: the caller (above), the `ai` version its headers name, the origin
+        # its links are made for (`--public-url`, else its scheme and Host), its connection.
+        self.auth: Authenticator | None = request.app.get(AUTH)
+        self.handshake_major = client_major(request.headers)
+        self.origin = public_origin(request.scheme, request.host, settings)
+        connection = request.transport
+        self.connection = connection if isinstance(connection, asyncio.Transport) else None
         # Created by the first frame (`handle`), or the first use: see the module docstring.
         self._deliveries: dict[str, asyncio.Task[Any]] | None = None
         self._runs: dict[str, ChatRun] | None = None
@@ -209,9 +213,8 @@ class SocketSession:
         anything can be written."""
         if self._guard is None:
             await self.conn.open_tasks()
-            connection = self.http_request.transport
             self._guard = SlowReaderGuard(
-                connection if isinstance(connection, asyncio.Transport) else None,
+                self.connection,
                 max_pending_bytes=self.settings.max_pending_bytes,
                 grace_s=self.settings.slow_reader_grace_s,
                 transport="ws",
@@ -358,10 +361,9 @@ class SocketSession:
         version; one whose `authorization` proves another identity (or none) is refused with an
         `error` frame, and the socket carries on. None: refused."""
         frame_headers = {k.lower(): v for k, v in headers.items()}
-        merged = {k.lower(): v for k, v in self.http_request.headers.items()} | frame_headers
         token = bearer_token(frame_headers)
-        auth = self.http_request.app[AUTH]
-        if token is not None and auth.requires_credential:
+        auth = self.auth
+        if token is not None and auth is not None and auth.requires_credential:
             try:
                 claimed = (await auth.verify(token)).user_id
             except Unauthorized as exc:
@@ -374,9 +376,8 @@ class SocketSession:
                 await self.send(encoding.ws_error(request_id, "This frame's credential does not match the "
                                                   "socket's user.", "unauthorized"))
                 return None
-        handshake = self.http_request
-        return RequestContext(user_id=self.user_id, request_id=request_id, major=client_major(merged),
-                              origin=public_origin(handshake.scheme, handshake.host, self.settings))
+        major = client_major(frame_headers) if "x-ai-sdk-major" in frame_headers else self.handshake_major
+        return RequestContext(user_id=self.user_id, request_id=request_id, major=major, origin=self.origin)
 
     async def _refuse_duplicate(self, request_id: str) -> bool:
         """Refuses a `send` or `resume` whose requestId names a response still running on this socket."""
@@ -556,10 +557,11 @@ async def _close_at_expiry(ws: web.WebSocketResponse, expires_at: float) -> None
 
 def _origin_refusal(request: web.Request) -> web.Response | None:
     """The answer to a handshake from an origin that may not open a socket; None: allowed."""
-    settings = request.app[SETTINGS]
-    if origin_allowed(request, settings.origins | settings.cors):
+    if origin_allowed(request, request.app[SETTINGS]):
         return None
-    log.warning("origin_refused", origin=request.headers.get("Origin"), peer=request.remote)
+    request.app[METRICS].auth_refused.labels(reason="socket_origin").inc()
+    log.warning("origin_refused", origin=request.headers.get("Origin", "")[:200], peer=request.remote,
+                path=door.loggable_target(request))
     error = OriginRefused()
     return web.json_response(error.body(), status=error.status)
 
@@ -571,9 +573,10 @@ def _socket_response(request: web.Request) -> web.WebSocketResponse:
 
 
 def _log_open(request: web.Request, user_id: str) -> None:
-    # `str(rel_url)` is `path_qs`, without aiohttp caching the string on the request for its life.
-    log.info("socket_open", user_id=user_id, path=redact(str(request.rel_url)), origin=request.headers.get("Origin"),
-             peer=request.remote)
+    # The query's names only, never its values (`door.loggable_target`), parsed without aiohttp
+    # caching anything on the request for its life.
+    log.info("socket_open", user_id=user_id, path=door.loggable_target(request),
+             origin=request.headers.get("Origin", "")[:200] or None, peer=request.remote)
 
 
 async def _session(ws: web.WebSocketResponse, conn: Connection, service: ChatService, request: web.Request, *,

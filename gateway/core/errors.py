@@ -8,6 +8,7 @@
     ├── ApprovalInvalid               403     approval_invalid
     ├── LinkRefused                   403     link_refused      (a signed link changed or expired)
     ├── OriginRefused                 403     origin_refused
+    ├── HostRefused                   421     host_refused      (a Host not in --allowed-hosts: DNS rebinding)
     ├── UnsupportedMediaType          415     unsupported_media_type
     ├── ChatBusy                      409     chat_busy
     ├── ContinuationRefused           409     continuation_refused
@@ -42,6 +43,7 @@ __all__ = [
     "ContinuationRefused",
     "GatewayError",
     "HistoryTooLong",
+    "HostRefused",
     "LimitReached",
     "LinkRefused",
     "ModelTimedOut",
@@ -157,6 +159,16 @@ class OriginRefused(GatewayError):
     code = "origin_refused"
     close_code = CloseCode.POLICY_VIOLATION
     default_message = "This origin may not open the chat socket."
+
+
+class HostRefused(GatewayError):
+    """A request whose `Host` is not one the gateway answers to (`--allowed-hosts`): a page on a
+    rebinding domain that resolves to the gateway's address is refused before anything runs."""
+
+    status = 421
+    code = "host_refused"
+    close_code = CloseCode.POLICY_VIOLATION
+    default_message = "This gateway does not answer to that host name."
 
 
 class ChatBusy(GatewayError):

@@ -18,7 +18,7 @@
 // Prints progress on stderr and one JSON line on stdout: {ok, failures, runs, live, axe, phone, ...}.
 // Exit code 0 only when ok.
 
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { launchChromium } from './browser.mjs';
@@ -32,6 +32,7 @@ const STEP_TIMEOUT_MS = config.stepTimeoutMs ?? 10_000;
 const TRANSPORTS = config.transports ?? ['sse', 'ws'];
 const POSITION = config.position ?? { latitude: 48.8566, longitude: 2.3522, accuracy: 12 };
 const AXE = createRequire(import.meta.url).resolve('axe-core/axe.min.js');
+const AXE_SOURCE = readFileSync(AXE, 'utf8');
 
 const started = Date.now();
 const log = line => process.stderr.write(`[chat_page ${((Date.now() - started) / 1000).toFixed(1)}s] ${line}\n`);
@@ -572,7 +573,8 @@ async function runLive(page) {
 // --- accessibility and the phone -------------------------------------------------------------
 
 async function axe(page, name) {
-  await page.addScriptTag({ path: AXE });
+  // The page's CSP refuses injected script tags: axe-core is evaluated in the page instead.
+  await page.evaluate(AXE_SOURCE);
   const violations = await page.evaluate(async () => {
     const { violations } = await window.axe.run(document, { resultTypes: ['violations'] });
     return violations.map(v => ({ id: v.id, impact: v.impact, help: v.help, targets: v.nodes.map(n => n.target.join(' ')).slice(0, 5) }));

@@ -180,7 +180,7 @@ class BrokenArtifacts(InMemoryArtifactService):
         raise OSError("the bucket is gone")
 
 
-async def test_a_failing_artifact_store_ends_the_turn_with_an_error_and_the_chat_goes_on(
+async def test_a_failing_artifact_store_ends_the_tool_with_an_error_and_the_chat_goes_on(
     gateway: StartGateway,
 ) -> None:
     loaded = load_agents(str(APPS), "scripted", default="artifacts_app")
@@ -189,11 +189,13 @@ async def test_a_failing_artifact_store_ends_the_turn_with_an_error_and_the_chat
     client = await gateway(settings(), host=host)
     chat = Conversation(client)
     failed = await chat.send("Write a report")
-    assert failed.status == 200 and failed.types[-1] == "error"
-    # The store's own words stay in the log; the client gets a general message and an id to quote.
-    [error] = failed.of_type("error")
-    assert error["errorText"].startswith("The agent failed while answering. (error err-")
+    assert failed.status == 200 and failed.finish_reason == "stop"
+    # The store's own words stay in the log; the client (and the model) get a general message and
+    # an id to quote.
+    [error] = failed.of_type("tool-output-error")
+    assert error["errorText"].startswith("The tool failed. (error err-")
     assert "bucket" not in json.dumps(failed.chunks)
+    assert not failed.of_type("file")
     after = await chat.send("hello")
     assert after.status == 200 and after.finish_reason == "stop"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jwt
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import make_app
@@ -79,11 +80,14 @@ async def test_off_by_default(aiohttp_client: Any) -> None:
 
 
 async def test_wildcard(aiohttp_client: Any) -> None:
-    client = await client_for(aiohttp_client, cors_origins="*")
+    # Only with authentication: '*' with --auth none stops the start (tests/integration/test_doors.py).
+    secret = "cors-wildcard-secret-0123456789abcdef"
+    client = await client_for(aiohttp_client, cors_origins="*", auth="jwt", auth_jwt_secret=secret)
     preflight = await client.options("/api/chat", headers=PREFLIGHT)
     assert preflight.headers["Access-Control-Allow-Origin"] == "*"
     # The wildcard never admits credentials (browsers refuse `*` with them).
     assert "Access-Control-Allow-Credentials" not in preflight.headers
-    response = await client.post("/api/chat", json=BODY, headers={"Origin": APP})
+    token = jwt.encode({"sub": "alice"}, secret, algorithm="HS256")
+    response = await client.post("/api/chat", json=BODY, headers={"Origin": APP, "Authorization": f"Bearer {token}"})
     assert response.headers["Access-Control-Allow-Origin"] == "*"
     assert "Access-Control-Allow-Credentials" not in response.headers

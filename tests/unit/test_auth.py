@@ -19,8 +19,12 @@ TOKEN_CHARS = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuv
        after=st.sampled_from(["", "&x=1", " HTTP/1.1"]))
 def test_redact_removes_query_tokens(token: str, before: str, after: str) -> None:
     text = f"/api/chat/ws?{before}access_token={token}{after}"
-    # Exactly the token goes (a token may also occur in the text around it, e.g. "/api/cha").
-    assert redact(text) == f"/api/chat/ws?{before}access_token=[redacted]{after}"
+    # Every value of the query goes, its names stay (a token may also occur in the text around
+    # it, e.g. "/api/cha").
+    names = "".join(f"{name}=[redacted]&" for name in (["v"] if before.startswith("v") else
+                                                          ["x"] if before else []))
+    tail = {"": "", "&x=1": "&x=[redacted]", " HTTP/1.1": " HTTP/1.1"}[after]
+    assert redact(text) == f"/api/chat/ws?{names}access_token=[redacted]{tail}"
 
 
 @given(token=TOKEN_CHARS)
@@ -41,9 +45,12 @@ def test_anonymous_claims() -> None:
     assert auth.claimed({"x-user-id": " carol "}).user_id == "carol"
     assert auth.claimed({}, {"userId": "dave"}).user_id == "dave"
     assert auth.claimed({"x-user-id": "carol"}, {"userId": "dave"}).user_id == "carol"
-    assert auth.claimed({"x-user-id": "\x00bad"}).user_id == "anonymous"
-    assert auth.claimed({}, {"userId": 42}).user_id == "anonymous"
+    assert auth.claimed({"x-user-id": " "}, {}).user_id == "anonymous"
     assert not auth.claimed({}).verified
+    # A user id that cannot be one is refused, not taken as anonymous (issue 36).
+    for headers, body in (({"x-user-id": "\x00bad"}, None), ({}, {"userId": 42}), ({}, {"userId": "a\u2028b"})):
+        with pytest.raises(Unauthorized):
+            auth.claimed(headers, body)
 
 
 async def test_minted_tokens_verify() -> None:
