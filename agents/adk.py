@@ -37,7 +37,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,12 +64,14 @@ from agents.events import agent_event
 from agents.inference_scope import keep_call_summary
 from agents.live import LiveChannel, live_run_config
 from agents.memory_store import MemorySessionService
+from agents.pacing import PacingPlugin, ReaderGate
 from agents.tools import Bounds, BoundsPlugin, LiveToolGate, PermissionPlugin, tool_kind
 from gateway.core.approval import REJECTED_TEXT, AgentReply, Confirmation
 from gateway.core.errors import ModelTimedOut, StoreUnavailable, UnknownApp
 from gateway.core.events import AgentEvent
 from gateway.core.kinds import CONFIRMATION_TOOL, ToolKind
 from gateway.core.requests import ToolPart, UIMessage
+from gateway.core.transcript import Record
 from gateway.metrics import Metrics
 
 __all__ = [
@@ -97,6 +99,9 @@ ChatKey = tuple[str, str]
 
 # Longest stretch of history conversion on the event loop before it is given back (seconds).
 SLICE_S: Final = 0.004
+# The key of what the chat service records on a session's events (`custom_metadata`): the chat's
+# messages as the client holds them, and its approvals (see `AgentHost.records`).
+RECORD_KEY: Final = "adk_gateway"
 
 
 class AgentLoadError(ValueError):
@@ -409,10 +414,12 @@ def message_events(agent_name: str, message: UIMessage) -> list[Event]:
     """One prior UI message as ADK events: a user's content; an assistant's tool calls, the results
     it got (ADK sends them as role "user"), then its text."""
     invocation_id = f"import-{uuid.uuid4().hex[:12]}"
+    record = {RECORD_KEY: {"messages": [ui_message_dict(message)]}}
     if message.role == "user":
-        return [Event(invocation_id=invocation_id, author="user", content=ui_message_content(message))]
+        return [Event(invocation_id=invocation_id, author="user", content=ui_message_content(message),
+                      custom_metadata=record)]
     if message.role != "assistant":
-        return []
+        return [Event(invocation_id=invocation_id, author="user", custom_metadata=record)]
     text_parts = [
         types.Part(text=str(p.get("text"))) for p in message.parts if p.get("type") == "text" and p.get("text")
     ]
@@ -426,11 +433,25 @@ def message_events(agent_name: str, message: UIMessage) -> list[Event]:
                 id=tool.toolCallId, name=tool.tool_name, response=json.loads(json.dumps(response, default=str))
             )
             responses.append(types.Part(function_response=result))
-    return [
+    events = [
         Event(invocation_id=invocation_id, author=agent_name, content=types.Content(role=role, parts=parts))
         for role, parts in (("model", calls), ("user", responses), ("model", text_parts))
         if parts
     ]
+    if not events:
+        events.append(Event(invocation_id=invocation_id, author=agent_name))
+    events[0].custom_metadata = record
+    return events
+
+
+def ui_message_dict(message: UIMessage) -> dict[str, Any]:
+    """A posted UI message as the chat's record keeps it: what the client sent (its parsed JSON
+    values themselves, not copies: a message may hold megabytes of text or files)."""
+    data: dict[str, Any] = {**(message.model_extra or {}), "id": message.id, "role": message.role,
+                            "parts": message.parts}
+    if message.metadata is not None:
+        data["metadata"] = message.metadata
+    return data
 
 
 class _ModelClock:
@@ -503,6 +524,7 @@ class AgentHost:
         artifact_service: BaseArtifactService | None = None,
     ) -> None:
         plugin = self.permissions = PermissionPlugin()
+        pacing = self.pacing = PacingPlugin()
         # Every app has an artifact store (a tool's `save_artifact` fails without one).
         self.artifacts = artifact_service if artifact_service is not None else BoundedArtifactService()
         self.bounds = Bounds()
@@ -511,7 +533,7 @@ class AgentHost:
         self.store = session_service
         self.session_service: GuardedSessionService = GuardedSessionService(session_service)
         if isinstance(agent, App):
-            app = agent.model_copy(update={"plugins": [bounds_plugin, *agent.plugins, plugin]})
+            app = agent.model_copy(update={"plugins": [bounds_plugin, pacing, *agent.plugins, plugin]})
             if not isinstance(app.root_agent, BaseAgent):
                 raise AgentLoadError("the App's root_agent must be an ADK agent")
             self.root_agent: BaseAgent = app.root_agent
@@ -522,7 +544,7 @@ class AgentHost:
             self.root_agent = agent
             self.app_name = app_name or agent.name
             self.runner = Runner(app_name=self.app_name, agent=agent, session_service=self.session_service,
-                                 artifact_service=self.artifacts, plugins=[bounds_plugin, plugin])
+                                 artifact_service=self.artifacts, plugins=[bounds_plugin, pacing, plugin])
         self.max_llm_calls = max_llm_calls
         self._run_configs: dict[bool, RunConfig] = {}
         # ADK imports its A2A agent lazily on every run (a failed import is retried each time):
@@ -610,17 +632,58 @@ class AgentHost:
             await self.session_service.delete_session(app_name=self.app_name, user_id=user_id, session_id=chat_id)
         return await self.create_session(user_id, chat_id)
 
-    async def save_state(self, user_id: str, chat_id: str, delta: dict[str, Any]) -> None:
+    async def save_state(self, user_id: str, chat_id: str, delta: dict[str, Any], *,
+                         record: Mapping[str, Any] | None = None, invocation_id: str | None = None) -> None:
+        """Applies a state delta to the chat's session; `record`: what the chat service keeps
+        of the chat with it (its messages, approvals: see `records`), under `invocation_id`."""
         session = await self.get_session(user_id, chat_id, events=False)
         if session is None:
             session = await self.create_session(user_id, chat_id)
         event = Event(
-            invocation_id=f"gateway-{uuid.uuid4().hex[:12]}",
+            invocation_id=invocation_id or f"gateway-{uuid.uuid4().hex[:12]}",
             author="user",
             actions=EventActions(state_delta=delta),
             timestamp=time.time(),
+            custom_metadata={RECORD_KEY: dict(record)} if record else None,
         )
         await self.session_service.append_event(session, event)
+
+    async def records(self, user_id: str, chat_id: str) -> list[Record] | None:
+        """What the chat service recorded in the chat's session, in order, and its rewinds (see
+        `gateway.core.transcript`); None: no such chat."""
+        session = await self.get_session(user_id, chat_id)
+        if session is None:
+            return None
+        found: list[Record] = []
+        for event in session.events:
+            metadata = event.custom_metadata
+            if metadata is not None and RECORD_KEY in metadata:
+                recorded = metadata[RECORD_KEY]
+                found.append(Record(event.invocation_id, tuple(recorded.get("messages") or ()),
+                                    approvals=tuple(recorded.get("approvals") or ())))
+            rewound = event.actions.rewind_before_invocation_id if event.actions is not None else None
+            if rewound:
+                found.append(Record(event.invocation_id, rewound_to=rewound))
+        return found
+
+    async def rewind(self, user_id: str, chat_id: str, invocation_id: str) -> None:
+        """Rewinds the chat's session to before `invocation_id` (ADK's own rewind: later turns are
+        no longer seen by the model, and their state changes are undone)."""
+        await self.runner.rewind_async(user_id=user_id, session_id=chat_id, rewind_before_invocation_id=invocation_id)
+
+    async def chats(self, user_id: str) -> list[Session]:
+        """The user's chats of this app (sessions without their events)."""
+        listed = await self.session_service.list_sessions(app_name=self.app_name, user_id=user_id)
+        return list(listed.sessions)
+
+    async def delete_chat(self, user_id: str, chat_id: str) -> None:
+        """The chat's session and the artifacts it saved are gone."""
+        for name in await self.artifacts.list_artifact_keys(app_name=self.app_name, user_id=user_id,
+                                                            session_id=chat_id):
+            if not name.startswith("user:"):  # the user's own artifacts outlive a chat
+                await self.artifacts.delete_artifact(app_name=self.app_name, user_id=user_id, filename=name,
+                                                     session_id=chat_id)
+        await self.session_service.delete_session(app_name=self.app_name, user_id=user_id, session_id=chat_id)
 
     async def import_history(self, session: Session, messages: Sequence[UIMessage]) -> None:
         """Appends prior UI messages to a fresh session, so the model sees the conversation.
@@ -705,6 +768,18 @@ class AgentHost:
         finally:
             if clock is not None and self.bounds.clocks.get(key) is clock:
                 del self.bounds.clocks[key]
+
+    @contextlib.contextmanager
+    def paced_by(self, user_id: str, chat_id: str, gate: ReaderGate) -> Iterator[None]:
+        """While in the block, the chat's model calls wait whenever its readers are behind
+        (`agents.pacing`)."""
+        key: ChatKey = (user_id, chat_id)
+        self.pacing.gates[key] = gate
+        try:
+            yield
+        finally:
+            if self.pacing.gates.get(key) is gate:
+                del self.pacing.gates[key]
 
     async def append_replies(self, user_id: str, chat_id: str, replies: Sequence[AgentReply]) -> None:
         """Tells the chat's session what became of its calls without running the model ("deny and

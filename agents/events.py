@@ -54,6 +54,7 @@ def agent_event(event: Event, models: Mapping[str, str] | None = None) -> AgentE
     said = event.output_transcription
     return AgentEvent(
         id=event.id,
+        invocation_id=event.invocation_id,
         author=event.author,
         role=content.role if content is not None else None,
         parts=tuple(map(_part, adk_parts)) if adk_parts else (),

@@ -386,7 +386,16 @@ def _web_dir(settings: Settings) -> Path:
 
 def make_app(settings: Settings | None = None, *, host: AgentHost | None = None) -> web.Application:
     """Builds the gateway app. `host` lets tests pass their own agent host."""
-    from transports.resources import artifact_file, chat_artifacts, oauth_callback
+    from transports.resources import (
+        artifact_file,
+        chat,
+        chat_approvals,
+        chat_artifacts,
+        chats,
+        delete_chat,
+        oauth_callback,
+        rename_chat,
+    )
     from transports.sse import chat_post, chat_resume, chat_stop
     from transports.websocket import chat_socket
 
@@ -422,6 +431,11 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
     app.router.add_get("/api/apps", apps)
     app.router.add_get("/api/chat/{chat_id}/stream", chat_resume)
     app.router.add_post("/api/chat/{chat_id}/stop", chat_stop)
+    app.router.add_get("/api/chats", chats)
+    app.router.add_get("/api/chats/{chat_id}", chat)
+    app.router.add_patch("/api/chats/{chat_id}", rename_chat)
+    app.router.add_delete("/api/chats/{chat_id}", delete_chat)
+    app.router.add_get("/api/chats/{chat_id}/approvals", chat_approvals)
     app.router.add_get("/api/chats/{chat_id}/artifacts", chat_artifacts)
     app.router.add_get(ARTIFACT_ROUTE, artifact_file)
     app.router.add_get(CALLBACK_PATH, oauth_callback)

@@ -23,18 +23,21 @@ the response with it (`finish`).
 
 Slow readers
 ------------
-Each connection (an SSE response; a WebSocket with all its requests) has a `SlowReaderGuard`. Its
-*pending bytes* are what its followers have not taken from their logs plus what sits unsent in the
-socket's transport buffer; `--max-pending-bytes` bounds them. The guard is driven by events, not
-by polling: log appends (`Follower.on_change`), and writes starting and ending (`writing()`),
-with one timer per condition. It cuts the connection when
+A reader is slow when its socket does not drain, never because the process was too busy to write
+to it: a run whose reader has half its log's cap unread waits for it
+(`StreamLog.readers_caught_up`, backpressure) instead of outrunning it. Each connection (an SSE
+response; a WebSocket with all its requests) has a `SlowReaderGuard`. Its *pending bytes* are what
+sits unsent in the socket's transport buffer; `--max-pending-bytes` bounds them. The guard is
+driven by events, not by polling: log appends (`Follower.on_change`), and writes starting and
+ending (`writing()`), with one timer per condition. It cuts the connection when
 
 - `pending`: the pending bytes stay over the bound for `--slow-reader-grace-s`;
 - `stalled`: one write stays blocked for the grace, however little is pending. aiohttp's `write`
   awaits the drain, and a peer that never reads holds it until TCP gives up (a zero window can
   be kept open forever), so without this the handler outlives its run;
-- `overrun`: a follower fell so far behind that its log dropped chunks it had not read. At once:
-  the stream cannot go on in order.
+- `overrun`: a follower fell so far behind that its log dropped chunks it had not read (a run that
+  does not wait for it: a live session's audio, a resume of a detached run). At once: the stream
+  cannot go on in order.
 
 A cut (`errors.SlowReader`) is counted (`adk_gateway_slow_readers_cut_total{transport,reason}`)
 and logged once, with the user, the chat and the bytes pending. Then:
@@ -214,9 +217,10 @@ class SlowReaderGuard:
 
     @property
     def pending_bytes(self) -> int:
-        """What the followers have not taken from their logs plus what the socket has not sent."""
-        unsent = self.connection.get_write_buffer_size() if self.connection is not None else 0
-        return sum(follower.backlog for follower in self._followers) + unsent
+        """What the socket has not sent. (What the followers have not taken from their logs is the
+        runs' to wait for, `StreamLog.readers_caught_up`: a reader the process kept busy is not a
+        slow reader; one whose socket does not drain is.)"""
+        return self.connection.get_write_buffer_size() if self.connection is not None else 0
 
     def watch(self, follower: Follower) -> None:
         """Counts this follower's backlog from now on (until `unwatch`)."""

@@ -148,17 +148,17 @@ def is_own_origin(request: web.Request, origin: str) -> bool:
 
 
 def guard_posts(request: web.Request) -> None:
-    """CSRF: a form or `text/plain` POST from another site, or any POST from a foreign origin, is
-    refused before it can start or stop a run. A JSON POST from another origin needs a CORS
-    preflight, which only `--cors-origins` passes."""
-    if request.method == "POST" and request.path.startswith("/api/"):
+    """CSRF: a form or `text/plain` POST from another site, or any POST, PATCH or DELETE from a
+    foreign origin, is refused before it can start or stop a run, or change a chat. A JSON POST
+    from another origin needs a CORS preflight, which only `--cors-origins` passes."""
+    if request.method in ("POST", "PATCH", "DELETE") and request.path.startswith("/api/"):
         origin = request.headers.get("Origin")
         if origin is not None and not is_own_origin(request, origin):
             settings = request.app[SETTINGS]
             if "*" not in settings.cors and origin_key(origin) not in settings.cors_keys:
                 refused(request, "foreign_origin", origin=origin[:200])
                 raise OriginRefused("This origin may not call the chat API.")
-        if request.content_type != "application/json":
+        if request.method != "DELETE" and request.content_type != "application/json":
             refused(request, "not_json", content_type=request.content_type)
             raise UnsupportedMediaType()
 
@@ -237,7 +237,7 @@ def preflight(request: web.Request) -> web.Response | None:
             status=204,
             headers={
                 **_origin_headers(origin),
-                "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+                "Access-Control-Allow-Methods": "GET, POST, PATCH, DELETE, OPTIONS",
                 "Access-Control-Allow-Headers": _allowed_request_headers(request),
                 "Access-Control-Max-Age": "600",
                 "Vary": "Origin, Access-Control-Request-Headers",

@@ -95,12 +95,5 @@ async def respond(follower: Follower, transport: Transport, *, keepalive_s: floa
 
 
 async def stop_chat(service: ChatService, key: ChatKey) -> dict[str, bool]:
-    """Stops the chat's active run (`POST /api/chat/{chatId}/stop`) and says what happened:
-    `stopped` when it ran here; else the stop goes to the process running it, if any, through
-    the stream store (`forwarded`)."""
-    if await service.registry.stop(key):
-        log.info("chat_stop", chat_id=key[1], stopped=True)
-        return {"stopped": True}
-    heard = await service.streams.broadcast_stop(key)
-    log.info("chat_stop", chat_id=key[1], stopped=False, forwarded_to=heard)
-    return {"stopped": False, "forwarded": True} if heard else {"stopped": False}
+    """Stops the chat's active run (`ChatService.stop`)."""
+    return await service.stop(key)

@@ -1,4 +1,9 @@
-"""The HTTP API beside the chat stream: a chat's artifacts, and the OAuth callback of tool sign-ins.
+"""The HTTP API beside the chat stream: the user's chats, a chat's artifacts, and the OAuth
+callback of tool sign-ins.
+
+- `GET /api/chats?app&limit&cursor`, `GET|PATCH|DELETE /api/chats/{chat}`,
+  `GET /api/chats/{chat}/approvals`: the caller's chats (`gateway.services.chats`); another
+  user's chat answers exactly as an unknown one, 404.
 
 - `GET /api/chats/{chat}/artifacts` (the chat's user, authenticated like every `/api/` route):
   the chat's artifacts, each with its versions, media type and a fresh signed link to its latest.
@@ -18,18 +23,21 @@ import time
 from typing import Final
 from urllib.parse import quote
 
+import orjson
 import structlog
 from aiohttp import web
 
-from gateway.core.errors import LinkRefused, NotFound
+from gateway.core.errors import BadRequest, LinkRefused, NotFound
 from gateway.keys import AUTH, LINKS, SERVICE, SETTINGS, SIGN_INS
 from gateway.services.auth import AnonymousAuth, bearer_token
+from gateway.services.chats import DEFAULT_LIMIT, Chats
 from gateway.services.planning import TURN_STATE_KEY
 from gateway.services.signin import CALLBACK_PATH, SignInRefused, callback_page
 from transports import door
 from transports.handling import public_origin
 
-__all__ = ["artifact_file", "chat_artifacts", "oauth_callback"]
+__all__ = ["artifact_file", "chat", "chat_approvals", "chat_artifacts", "chats", "delete_chat", "oauth_callback",
+           "rename_chat"]
 
 log = structlog.get_logger("transports.resources")
 
@@ -40,6 +48,57 @@ _ARTIFACT_HEADERS: Final = {
     "Cross-Origin-Resource-Policy": "cross-origin",
     "Referrer-Policy": "no-referrer",
 }
+
+
+def _chats(request: web.Request) -> Chats:
+    return Chats(request.app[SERVICE])
+
+
+async def chats(request: web.Request) -> web.Response:
+    query = request.query
+    try:
+        limit = int(query.get("limit", DEFAULT_LIMIT))
+    except ValueError:
+        raise BadRequest("limit must be a number.", code="invalid_limit") from None
+    page, cursor = await _chats(request).page(door.identity_of(request).user_id, app=query.get("app") or None,
+                                              limit=limit, cursor=query.get("cursor") or None)
+    body: dict[str, object] = {"chats": [summary.to_json() for summary in page]}
+    if cursor is not None:
+        body["nextCursor"] = cursor
+    return web.json_response(body, dumps=_dumps)
+
+
+async def chat(request: web.Request) -> web.Response:
+    loaded = await _chats(request).load(door.identity_of(request).user_id, request.match_info["chat_id"],
+                                        request.query.get("app") or None)
+    return web.json_response(loaded, dumps=_dumps)
+
+
+async def rename_chat(request: web.Request) -> web.Response:
+    try:
+        body = await request.json(loads=orjson.loads)
+    except ValueError:
+        raise BadRequest("The body must be JSON.", code="invalid_json") from None
+    title = body.get("title") if isinstance(body, dict) else None
+    summary = await _chats(request).rename(door.identity_of(request).user_id, request.match_info["chat_id"], title,
+                                           request.query.get("app") or None)
+    return web.json_response(summary.to_json(), dumps=_dumps)
+
+
+async def delete_chat(request: web.Request) -> web.Response:
+    await _chats(request).delete(door.identity_of(request).user_id, request.match_info["chat_id"],
+                                 request.query.get("app") or None)
+    return web.Response(status=204)
+
+
+async def chat_approvals(request: web.Request) -> web.Response:
+    audit = await _chats(request).approvals(door.identity_of(request).user_id, request.match_info["chat_id"],
+                                            request.query.get("app") or None)
+    return web.json_response({"approvals": audit}, dumps=_dumps)
+
+
+def _dumps(value: object) -> str:
+    return orjson.dumps(value).decode()
 
 
 async def chat_artifacts(request: web.Request) -> web.Response:

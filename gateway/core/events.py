@@ -102,12 +102,17 @@ class AgentEvent:
     """One event of an agent run.
 
     `id`: the model call's id (every partial event of one model call shares it with its final
-    event). `role`: the content's role (`model`, `user`; None when unset). `finish_reason`: the
-    model's, by name (`STOP`, `MAX_TOKENS`, …). `requested_confirmations`: ids of the calls ADK
-    asks a confirmation for in this event.
+    event); `invocation_id`: the run's. `role`: the content's role (`model`, `user`; None when
+    unset). `finish_reason`: the model's, by name (`STOP`, `MAX_TOKENS`, …). `model`: the model's
+    name (the version it reported, else the agent's model). `requested_confirmations`: ids of
+    the calls ADK asks a confirmation for in this event; `requested_sign_ins`: ids of the calls
+    whose (placeholder) response waits for the user to sign in. `sources` and
+    `search_suggestions` (the HTML of Google Search's suggestions): the response's grounding.
+    `state_delta`, `artifact_delta` (name -> version): what the event changed in the session.
     """
 
     id: str = ""
+    invocation_id: str = ""
     author: str = ""
     role: str | None = None
     parts: tuple[Part, ...] = ()

@@ -61,6 +61,7 @@ __all__ = [
     "history_digest",
     "history_digests",
     "message_count",
+    "message_value",
     "parse_frame",
     "validate_chat_request",
     "validate_frame",
@@ -203,6 +204,11 @@ def _check_heads(messages: Any, start: int = 0, stop: int | None = None) -> None
             _check_head(message, index)
 
 
+def message_value(message: Any) -> Any:
+    """A posted message's value, parsed now if it came as bytes (JsonRejected when they are not JSON)."""
+    return _value(message)
+
+
 def _value(message: Any) -> Any:
     """A posted message's value, parsed now if it came as bytes (JsonRejected when they are not JSON)."""
     kind = type(message)
@@ -260,6 +266,21 @@ class ChatRequest(PostedHistory):
     app: AppName | None = None
     # Session state the client sets before the run (only `--client-state` keys).
     state: dict[str, Any] | None = None
+    # The last-message form (the AI SDK's persistence pattern): only the message the request acts
+    # on, the server holding the history. It becomes the request's only message.
+    message: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _last_message_only(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("message") is not None:
+            return {**data, "messages": [data["message"]]}
+        return data
+
+    @property
+    def last_only(self) -> bool:
+        """The request carries only its last message: the server's history is the chat's."""
+        return self.message is not None
 
 
 class SendFrame(PostedHistory):

@@ -97,6 +97,17 @@ class ChatService:
         self.start_run(run, body, chat_id=request.id, request_id=ctx.request_id)
         return run
 
+    async def stop(self, key: ChatKey) -> dict[str, bool]:
+        """Stops the chat's active run (`POST /api/chat/{chatId}/stop`) and says what happened:
+        `stopped` when it ran here; else the stop goes to the process running it, if any, through
+        the stream store (`forwarded`)."""
+        if await self.registry.stop(key):
+            log.info("chat_stop", chat_id=key[1], stopped=True)
+            return {"stopped": True}
+        heard = await self.streams.broadcast_stop(key)
+        log.info("chat_stop", chat_id=key[1], stopped=False, forwarded_to=heard)
+        return {"stopped": False, "forwarded": True} if heard else {"stopped": False}
+
     # --- every run ---------------------------------------------------------------------------
 
     async def open_run(

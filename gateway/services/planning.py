@@ -37,9 +37,9 @@ from typing import Any, Final
 
 import structlog
 
-from agents.adk import AgentHost, Turn
+from agents.adk import AgentHost, Turn, ui_message_dict
 from agents.tools import APPROVALS_STATE_KEY
-from gateway.core.approval import AgentReply, ApprovalBook, ApprovalRefused, RunInBrowser, ToolOutcome
+from gateway.core.approval import AgentReply, ApprovalBook, ApprovalRefused, CallState, RunInBrowser, ToolOutcome
 from gateway.core.converter import message_replay_chunks
 from gateway.core.errors import ApprovalInvalid, BadRequest, ContinuationRefused
 from gateway.core.jsonparse import JsonRejected
@@ -50,8 +50,10 @@ from gateway.core.requests import (
     checked_heads,
     describe,
     history_digests,
+    message_value,
     validated_history,
 )
+from gateway.core.transcript import Transcript
 from gateway.metrics import Metrics
 from gateway.services.signin import SignIns
 
@@ -62,6 +64,9 @@ log = structlog.get_logger("gateway.services.chat")
 # [count, digest]: how many posted messages the session has run, and their `history_digest`.
 HISTORY_STATE_KEY: Final = "gateway:history"
 TURN_STATE_KEY: Final = "gateway:turn"
+# {"createdAt", "preview", "title"?}: what the list of a user's chats shows of the chat.
+CHAT_STATE_KEY: Final = "gateway:chat"
+PREVIEW_CHARS: Final = 80
 
 
 def now_ms() -> int:
@@ -99,6 +104,36 @@ class TurnPlan:
     client_state_keys: frozenset[str] = frozenset()
     client_state: dict[str, Any] = field(default_factory=dict)
     requested_state: dict[str, Any] = field(default_factory=dict)
+    # What the chat's record gets besides the answer: the messages before it (a new turn's user
+    # message), the message a continuation continues (as the client posted it), and the approval
+    # audit's entries of the planning (answers, expiries, abandoned questions).
+    recorded: tuple[dict[str, Any], ...] = ()
+    continued: dict[str, Any] | None = None
+    audit: list[dict[str, Any]] = field(default_factory=list)
+
+
+def preview_of(message: Mapping[str, Any]) -> str:
+    """A message's text on one line, at most `PREVIEW_CHARS` characters (a chat's default title)."""
+    text = " ".join("".join(str(p.get("text", "")) for p in message.get("parts") or ()
+                            if isinstance(p, Mapping) and p.get("type") == "text").split())
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def _chat_meta(state: Mapping[str, Any], posted: list[Any], last: UIMessage) -> dict[str, Any] | None:
+    """The chat's list entry to record, when the session has none yet: created now, previewed by
+    its first user message (of the posted history, else the new one)."""
+    if isinstance(state.get(CHAT_STATE_KEY), dict):
+        return None
+    first_user: Mapping[str, Any] = ui_message_dict(last)
+    for message in posted[:-1]:
+        try:
+            value = message_value(message)
+        except ValueError:
+            continue
+        if isinstance(value, Mapping) and value.get("role") == "user":
+            first_user = value
+            break
+    return {"createdAt": now_ms(), "preview": preview_of(first_user)}
 
 
 def _new_message_id() -> str:
@@ -137,11 +172,44 @@ class TurnPlanner:
         """The turn a request asks for, checked against the chat's session and book; raises a
         `GatewayError` for a request that must be refused (nothing was changed then)."""
         last = request.last
+        if last.role not in ("user", "assistant"):
+            raise BadRequest("The last message must come from the user or the assistant.")
+        if request.last_only:
+            await self._check_against_server_history(host, request, ctx, last)
         if last.role == "assistant":
             return await self._plan_continuation(host, request, ctx, last)
-        if last.role != "user":
-            raise BadRequest("The last message must come from the user or the assistant.")
         return await self._plan_new_turn(host, request, ctx, last)
+
+    async def _check_against_server_history(
+        self, host: AgentHost, request: ChatRequest, ctx: RequestContext, last: UIMessage
+    ) -> None:
+        """A last-message request acts on the server's history: its message is new (a new turn),
+        the chat's last answer (a continuation), or names a message to run again (a regenerate, or
+        an edit: `messageId` names it), for which the session is first rewound to before it
+        (ADK's rewind, which also undoes the state changes since). Anything else is refused."""
+        records = await host.records(ctx.user_id, request.id)
+        transcript = Transcript.of(records or ())
+        messages = transcript.messages
+        if last.role == "assistant":
+            if not messages or messages[-1].get("id") != last.id:
+                raise ContinuationRefused("Only the chat's last answer can be continued.")
+            return
+        invocation = transcript.invocation_of(last.id)
+        again = request.trigger == "regenerate-message" or (invocation is not None and request.messageId == last.id)
+        if invocation is None:
+            if request.trigger == "regenerate-message":
+                raise ContinuationRefused("There is no such message to regenerate from.")
+            return  # a new message
+        if not again:
+            raise ContinuationRefused("This message is in the chat already; to edit it, name it in messageId.")
+        log.info("session_rewound", chat_id=request.id, to_before=invocation)
+        self.metrics.sessions_rebuilt.labels(reason="rewind").inc()
+        before = await host.get_session(ctx.user_id, request.id, events=False)
+        meta = before.state.get(CHAT_STATE_KEY) if before is not None else None
+        await host.rewind(ctx.user_id, request.id, invocation)
+        if isinstance(meta, dict):
+            # The chat's list entry (its age, its title) is not a turn's to undo.
+            await host.save_state(ctx.user_id, request.id, {CHAT_STATE_KEY: meta})
 
     async def _plan_new_turn(
         self, host: AgentHost, request: ChatRequest, ctx: RequestContext, last: UIMessage
@@ -150,6 +218,8 @@ class TurnPlanner:
         earlier = request.earlier
         requested = self._requested_state(request)
         session = await host.get_session(user, chat, events=False)
+        if request.last_only:
+            return await self._plan_on_server_history(host, request, ctx, last, requested)
         synced = _synced(session.state.get(HISTORY_STATE_KEY)) if session is not None else None
         # The client's history is the truth: an unknown chat imports it; a regenerate, an edited
         # message or any other divergence from the turns this session ran rebuilds the session.
@@ -164,20 +234,43 @@ class TurnPlanner:
                 self.metrics.sessions_rebuilt.labels(reason=reason).inc()
                 log.info("session_rebuilt", chat_id=chat, reason=reason)
             history = await self._validated(earlier)
+            meta = session.state.get(CHAT_STATE_KEY) if session is not None else None
             session = await host.reset_session(user, chat, exists=session is not None)
             if history:
                 await host.import_history(session, history)
-        book = ApprovalBook.from_state(session.state.get(APPROVALS_STATE_KEY))
+            if isinstance(meta, dict):
+                session.state[CHAT_STATE_KEY] = meta  # (a rebuilt chat keeps its title and age)
+        plan = self._new_turn_plan(session.state, last, requested, chat)
+        plan.state_delta[HISTORY_STATE_KEY] = [len(request.messages), posted_digest]
+        if history_meta := _chat_meta(session.state, request.messages, last):
+            plan.state_delta[CHAT_STATE_KEY] = history_meta
+        return plan
+
+    async def _plan_on_server_history(
+        self, host: AgentHost, request: ChatRequest, ctx: RequestContext, last: UIMessage, requested: dict[str, Any],
+    ) -> TurnPlan:
+        """A new turn of a last-message request: the session is the history (rewound already, for
+        a regenerate or an edit)."""
+        session = await host.get_session(ctx.user_id, request.id, events=False)
+        if session is None:
+            session = await host.create_session(ctx.user_id, request.id)
+        plan = self._new_turn_plan(session.state, last, requested, request.id)
+        if meta := _chat_meta(session.state, [], last):
+            plan.state_delta[CHAT_STATE_KEY] = meta
+        return plan
+
+    def _new_turn_plan(self, state: Mapping[str, Any], last: UIMessage, requested: dict[str, Any],
+                       chat: str) -> TurnPlan:
+        book = ApprovalBook.from_state(state.get(APPROVALS_STATE_KEY))
+        plan = TurnPlan(message_id=_new_message_id(), book=book, new_message=last)
         for abandoned in book.abandon_all():
             log.info("approval_abandoned", chat_id=chat, tool_call_id=abandoned.tool_call_id)
-        plan = TurnPlan(message_id=_new_message_id(), book=book, new_message=last)
+            if abandoned.approval_id is not None and abandoned.state is CallState.APPROVAL_REQUESTED:
+                plan.audit.append({"toolCallId": abandoned.tool_call_id, "decision": "stopped"})
         plan.turn["createdAt"] = now_ms()
-        plan.state_delta = {
-            APPROVALS_STATE_KEY: book.to_state(),
-            HISTORY_STATE_KEY: [len(request.messages), posted_digest],
-            TURN_STATE_KEY: dict(plan.turn),
-        }
-        self._client_state(plan, session.state, requested)
+        plan.recorded = (ui_message_dict(last),)
+        plan.state_delta = {APPROVALS_STATE_KEY: book.to_state(), TURN_STATE_KEY: dict(plan.turn)}
+        self._client_state(plan, state, requested)
         return plan
 
     async def _validated(self, earlier: list[Any]) -> list[UIMessage]:
@@ -213,9 +306,16 @@ class TurnPlanner:
             raise ContinuationRefused("More continuations than questions asked in this turn.")
         turn["continuations"] = turn.get("continuations", 0) + 1
 
+        answered_at = now_ms()
         continuation = book.answer(answers, now=time.time(), timeout_s=self.approval_timeout_s)
         for decision in continuation.decisions:
             self.metrics.approvals_answered.labels(decision=decision.value).inc()
+        audit: list[dict[str, Any]] = [
+            {"toolCallId": call_id, "decision": decision.value, "answeredBy": user, "answeredAt": answered_at}
+            for call_id, decision in continuation.answered
+        ]
+        audit += [{"toolCallId": call_id, "decision": "expired"} for call_id in continuation.expired]
+        audit += [{"toolCallId": call_id, "decision": "stopped"} for call_id in continuation.stopped]
         # An approved browser tool told to run now is a question the next continuation answers.
         turn["asks"] = turn.get("asks", 0) + len(continuation.awaiting_client)
         # The answer to a sign-in becomes what ADK wants (the callback the gateway recorded).
@@ -227,6 +327,8 @@ class TurnPlanner:
             replay_prefix=replay_prefix,
             shown=continuation.shown,
             awaiting_client=continuation.awaiting_client,
+            continued=ui_message_dict(last),
+            audit=audit,
         )
         if continuation.interrupted:
             plan.interrupted = True

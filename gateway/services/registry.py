@@ -68,7 +68,7 @@ import itertools
 import math
 import time
 from collections import deque
-from collections.abc import Coroutine, Set
+from collections.abc import Coroutine, Mapping, Set
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, TypeVar
@@ -285,6 +285,9 @@ class ChatRun:
     done: Done = field(default_factory=Done)
     lease: Lease | None = None  # the chat's lease across instances, while the run lives
     scope: TaskScope | None = field(default=None, repr=False)  # its tasks, while its body runs
+    # The messages the run will record once it ends (a new turn's user message): a chat loaded
+    # meanwhile shows them already.
+    recorded_ahead: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
 
     @property
     def active(self) -> bool:

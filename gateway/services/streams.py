@@ -190,6 +190,9 @@ class Follower:
             self._taken += len(data)
             if log.overflowed:  # past the cap, a chunk every follower has taken is let go at once
                 log._shed(newest=None)
+            drained = log._drained
+            if drained is not None and self.backlog <= log.max_bytes // 4:
+                drained.wake()  # the run waiting for its readers may go on
             if entry.sequence == 0 and self._prefix is not None:
                 self._queue_prefix()
             return entry
@@ -218,7 +221,8 @@ class Follower:
 class StreamLog:
     """One response's chunks; see the module docstring."""
 
-    __slots__ = ("__dict__", "_changed", "_delivered", "_entries", "_followers", "_head", "_last_size", "_on_delivered",
+    __slots__ = ("__dict__", "_changed", "_delivered", "_drained", "_entries", "_followers", "_head", "_last_size",
+                 "_on_delivered",
                  "appended_bytes", "closed", "closed_at", "first", "kept_bytes", "key", "max_bytes", "overflowed",
                  "peak_bytes", "replay_prefix")
 
@@ -239,6 +243,7 @@ class StreamLog:
         self._head = 0  # index of `first` in `_entries`
         self._followers: dict[Follower, None] = {}
         self._changed = Wakeup()
+        self._drained: Wakeup | None = None  # made by the first wait for readers (`readers_caught_up`)
         self._delivered = False
         self._on_delivered: list[Callable[[StreamLog], None]] | None = None
 
@@ -296,6 +301,25 @@ class StreamLog:
                     return
                 else:
                     await self.changed()
+
+    def behind(self) -> bool:
+        """Whether a reader has more than half the log's cap unread: the run waits for it
+        (`readers_caught_up`) rather than outrun it. A run without readers never waits."""
+        followers = self._followers
+        if not followers:
+            return False
+        limit = self.max_bytes // 2
+        return any(not follower.overrun and follower.backlog > limit for follower in followers)
+
+    async def readers_caught_up(self) -> None:
+        """Waits while a reader is `behind`, until it has taken back to a quarter of the cap (or
+        left, or the log ended): backpressure on the run, so that a reader the process keeps busy
+        is waited for instead of outrun. A reader whose socket does not drain is cut by its
+        connection's guard, which ends the wait."""
+        while not self.closed and self.behind():
+            if self._drained is None:
+                self._drained = Wakeup()
+            await self._drained.wait(1.0)
 
     async def changed(self, at_most_s: float | None = None) -> None:
         """Waits until the log changes (a chunk, the end, a wake-up), or `at_most_s` seconds."""
@@ -367,6 +391,8 @@ class StreamLog:
             self.closed = True
             self.closed_at = time.monotonic()
             self.wake()
+            if self._drained is not None:
+                self._drained.wake()
 
     @property
     def delivered(self) -> bool:
@@ -434,6 +460,8 @@ class StreamLog:
             follower.on_change = None
             if self.overflowed:
                 self._shed(newest=None)
+            if self._drained is not None:
+                self._drained.wake()
 
 
 class StreamStore(Protocol):

@@ -19,13 +19,14 @@ import asyncio
 import dataclasses
 import secrets
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from contextlib import aclosing
 from typing import Any, Protocol
 
 import structlog
 
 from agents.adk import AgentHost, ModelCallsExhausted
+from agents.pacing import Pacer
 from agents.tools import APPROVALS_STATE_KEY
 from gateway.core.approval import ToolPolicy
 from gateway.core.chunks import Chunk
@@ -41,8 +42,9 @@ from gateway.core.converter import (
 )
 from gateway.core.errors import GatewayError, ModelTimedOut
 from gateway.core.events import AgentEvent
+from gateway.core.transcript import MessageFold
 from gateway.metrics import Metrics
-from gateway.services.planning import TURN_STATE_KEY, RequestContext, TurnPlan
+from gateway.services.planning import TURN_STATE_KEY, RequestContext, TurnPlan, now_ms
 from gateway.services.registry import ChatRun
 
 __all__ = ["ChatTurn", "TurnExtras", "told_safely"]
@@ -92,13 +94,40 @@ class ChatTurn:
             client_state_keys=plan.client_state_keys, client_state=plan.client_state,
         )
         self.outcome = "ok"
-        self._pending: list[Awaitable[None]] = []
+        # The message as the client holds it, folded as it is sent (the chat's record keeps it),
+        # and the approval audit's entries of this turn.
+        self.fold = MessageFold(plan.continued, message_id=plan.message_id, max_text=run.log.max_bytes)
+        self.audit: list[dict[str, Any]] = list(plan.audit)
+        self.invocation_id: str | None = self.turn.get("invocation")
+        self._inputs: dict[str, Any] = {}  # announced calls' inputs, for the audit
+        self.pacer = Pacer()
 
     def emit(self, chunks: Iterable[Chunk]) -> None:
-        self.run.log.append_chunks(chunks)
+        """Logs chunks for the client, and folds them into the message the chat's record keeps."""
+        append, fold = self.run.log.append, self.fold.apply
+        for chunk in chunks:
+            wire = chunk.to_wire()
+            append(wire)
+            fold(wire)
+
+    async def _end(self, chunks: list[Chunk], *, stopping: bool = False, quietly: bool = False) -> None:
+        """The message's last chunks: folded and saved with the chat's record (and the approval
+        book) first, so that what the client receives is stored, then logged."""
+        wires = [chunk.to_wire() for chunk in chunks]
+        for wire in wires:
+            self.fold.apply(wire)
+        if stopping:
+            await self._save_while_stopping()
+        elif quietly:
+            await self._save_quietly()
+        else:
+            await self._save()
+        for wire in wires:
+            self.run.log.append(wire)
 
     def begin(self) -> None:
         """Logs the answer's first chunks: `start`, and what the plan shows before anything runs."""
+        self.run.recorded_ahead = self.plan.recorded
         self.emit(self.converter.start())
         if self.plan.requested_state:
             self.emit(self.converter.client_state(self.plan.requested_state))
@@ -113,28 +142,20 @@ class ChatTurn:
                 converter.await_client(call_id)
             if plan.interrupted:
                 await host.append_replies(ctx.user_id, chat_id, plan.interrupt_responses)
-                await self._save()
-                self.emit(converter.finish("interrupted"))
+                await self._end(converter.finish("interrupted"))
                 return
             if plan.new_message is not None:
                 await self._run_agent(plan.new_message)
             self._remember_message()
-            # The run's first event wrote the plan's state; a run that changed nothing of it (no
-            # approval asked or settled, no ask counted: most turns) needs no second write, and the
-            # session one event fewer per turn. A plan that ran nothing (an approved browser tool
-            # re-announced) writes here only.
-            if plan.new_message is None or self._changed():
-                await self._save()
-            self.emit(converter.finish())
+            # One write a turn: the book, the turn's bookkeeping and the chat's record, together.
+            await self._end(converter.finish())
         except ModelCallsExhausted:
             self.outcome = "limit"
             log.warning("llm_call_limit", chat_id=chat_id, limit=host.max_llm_calls)
-            await self._save_quietly()
-            self.emit(converter.finish("length", {"finishDetail": "max_llm_calls"}))
+            await self._end(converter.finish("length", {"finishDetail": "max_llm_calls"}), quietly=True)
         except asyncio.CancelledError:
             self.outcome = "stopped"
-            await self._save_while_stopping()
-            self.emit(converter.abort("stopped"))
+            await self._end(converter.abort("stopped"), stopping=True)
             raise
         except Exception as exc:
             # A bound that fired (model or store timeout) says so; anything else is a bug or an
@@ -147,8 +168,7 @@ class ChatTurn:
                 self.outcome = "timeout" if isinstance(known, ModelTimedOut) else known.error_code
                 text = known.message
                 log.warning("run_failed", chat_id=chat_id, code=known.error_code, detail=known.detail)
-            await self._save_quietly()
-            self.emit(converter.error(text))
+            await self._end(converter.error(text), quietly=True)
         finally:
             if converter.errored and self.outcome == "ok":
                 self.outcome = "model_error"
@@ -165,24 +185,38 @@ class ChatTurn:
         # its first token. Giving way once, after the first event that logged chunks, sends that
         # token at once; the rest goes out at the run's next wait. A stop can now land between
         # events too, so the run's generator is closed explicitly.
+        # The pacer goes on from there: the run gives the loop a turn every few events (a model
+        # that never waits would otherwise hold the whole process, `agents.pacing`).
         run = self.run
-        waiting_for_first = True
         logged = run.log.end
         events = self.host.run(self.ctx.user_id, self.chat_id, new_message, state_delta=self.plan.state_delta)
+        with self.host.paced_by(self.ctx.user_id, self.chat_id, run.log):
+            await self._read_events(events, logged)
+
+    async def _read_events(self, events: AsyncGenerator[AgentEvent, None], logged: int) -> None:
+        run, pacer = self.run, self.pacer
+        waiting_for_first = True
         async with aclosing(events):
             async for event in events:
                 effects = self._convert(event)
                 if effects:
                     await self._carry_out(effects)
-                if waiting_for_first and run.log.end > logged:
-                    waiting_for_first = False
-                    await asyncio.sleep(0)
+                if waiting_for_first:
+                    if run.log.end > logged:
+                        waiting_for_first = False
+                        await pacer.turn()
+                else:
+                    await pacer.step()
+                if run.log.behind():  # a reader the process kept busy: wait for it, do not outrun it
+                    await run.log.readers_caught_up()
 
     def _convert(self, event: AgentEvent) -> list[Effect]:
         """Logs the event's chunks and carries out what the approval book decides about them;
         returns the effects that need more than the book (I/O)."""
         if raised_in_agent(event):
             event = told_safely(event, self.chat_id)
+        if self.invocation_id is None and event.invocation_id:
+            self.invocation_id = event.invocation_id
         result = self.converter.convert(event)
         self.emit(result.chunks)
         later: list[Effect] = []
@@ -191,6 +225,7 @@ class ChatTurn:
             if isinstance(effect, NeedsApproval):
                 self._ask(effect.tool_call_id, effect.tool_name, effect.confirmation_id)
             elif isinstance(effect, CallAnnounced):
+                self._inputs[effect.tool_call_id] = effect.input
                 if not effect.client:
                     continue
                 # The client answers the call: the user is asked first, or the browser runs it (or
@@ -220,6 +255,9 @@ class ChatTurn:
         if ask is None:
             return
         self.turn["asks"] = self.turn.get("asks", 0) + 1
+        if ask.approval_id is not None:
+            self.audit.append({"toolCallId": tool_call_id, "tool": tool_name,
+                               "input": self._inputs.get(tool_call_id), "askedAt": now_ms()})
         # Without an approval id the tool is "always allowed" in this chat: not asked. The call is
         # announced as a browser tool to run now, and a page that answered "always" runs it at once
         # (ai 6 has no chunk for an automatic approval; ai 7's request + response pair would cost
@@ -232,23 +270,26 @@ class ChatTurn:
 
     def _remember_message(self) -> None:
         """A message that waits for the client is continued by another response: what its end
-        reports (its agent, its usage so far) is kept for that one."""
+        reports (its agent, its usage so far) and its run (the record's invocation) are kept for
+        that one."""
         converter = self.converter
         if converter.awaiting_client:
+            if self.invocation_id:
+                self.turn["invocation"] = self.invocation_id
             if converter.agent:
                 self.turn["agent"] = converter.agent
             if converter.usage:
                 self.turn["usage"] = converter.usage
 
-    def _changed(self) -> bool:
-        """Whether the book or the turn's bookkeeping differ from what the plan's state delta wrote."""
-        state_delta = self.plan.state_delta
-        return (state_delta.get(APPROVALS_STATE_KEY) != self.book.to_state()
-                or state_delta.get(TURN_STATE_KEY) != self.turn)
-
     async def _save(self) -> None:
+        """The book, the turn's bookkeeping, and the chat's record of this turn: its messages as
+        the client holds them, and its approval audit."""
+        record: dict[str, Any] = {"messages": [*self.plan.recorded, self.fold.message()]}
+        if self.audit:
+            record["approvals"] = self.audit
         await self.host.save_state(self.ctx.user_id, self.chat_id,
-                                   {APPROVALS_STATE_KEY: self.book.to_state(), TURN_STATE_KEY: self.turn})
+                                   {APPROVALS_STATE_KEY: self.book.to_state(), TURN_STATE_KEY: self.turn},
+                                   record=record, invocation_id=self.invocation_id)
 
     async def _save_quietly(self) -> None:
         try:

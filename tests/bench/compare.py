@@ -11,6 +11,10 @@ Every comparison sends the same prompt, `/echo one two three` (3 text deltas), t
   HTTP: `POST /apps/{app}/users/{user}/sessions`, then `POST /run_sse` with `streaming: true`.
 - `sse` and `ws`: the gateway's `POST /api/chat` and `GET /api/chat/ws`. The client posts the
   whole history (user and assistant messages) every turn, as `useChat` does.
+- `sse-last` and `ws-last` (the long chat only): the same, but each turn sends only the new
+  message (the AI SDK's persistence pattern, `prepareSendMessagesRequest`): a body `{"id",
+  "message", "trigger"}`, or a `send` frame with `messages: [last]` and `body: {"message": last}`;
+  the gateway runs the turn on the history it holds.
 
 How a load runs (`drive`): N clients in this process, each a closed loop (send a turn, read the
 whole answer, send the next). Turns are counted across the clients; the load stops at its count
@@ -27,7 +31,8 @@ its time to first text, to the first text delta (the first partial event with te
 `Comparison` runs the table (each row at 1 and at 16 clients, rows alternated in order between
 rounds so that drift in the machine's speed spreads over every row, with a bar chart of its turns/s:
 `throughput_chart`), the gateway's added time to first text, and the long chat (per-turn time over
-one 200-turn chat, by tenth, with a chart). The last two compare single turns at 1 client, so they
+one 200-turn chat, by tenth, with a chart; the gateway's chat both with the whole history
+posted and with only the last message). The last two compare single turns at 1 client, so they
 run the servers in lock step (`lockstep`), a short block of turns each: turns k to k + b - 1 of
 each server, one after the other, before any goes further. A VM's speed can drift by half within
 minutes; in lock step the drift falls on every server alike, and what the gateway adds is taken
@@ -71,7 +76,8 @@ from gateway.loadtest import (
     ws_request,
 )
 
-__all__ = ["PROMPT", "Comparison", "Load", "Targets", "churn", "drive", "throughput_chart"]
+__all__ = ["GATEWAY_SERVERS", "LONG_SERVERS", "PROMPT", "Comparison", "GatewayClient", "Load", "Sizes", "Targets",
+           "churn", "drive", "throughput_chart"]
 
 PROMPT = "/echo one two three"
 TURN_TIMEOUT_S = 60.0
@@ -90,7 +96,9 @@ TABLE_ROWS: tuple[tuple[str, str], ...] = (
     ("ws", "fresh"),
     ("ws", "reused"),
 )
-LONG_SERVERS = ("runner", "runner-memory", "api_server", "sse", "ws")
+LONG_SERVERS = ("runner", "runner-memory", "api_server", "sse", "ws", "sse-last", "ws-last")
+# The gateway's clients by server name: (transport, only the last message posted).
+GATEWAY_SERVERS = {"sse": ("sse", False), "ws": ("ws", False), "sse-last": ("sse", True), "ws-last": ("ws", True)}
 
 SERVER_LABELS = {
     "runner": "ADK `Runner`, in process",
@@ -98,6 +106,8 @@ SERVER_LABELS = {
     "api_server": "`adk api_server`",
     "sse": "gateway, SSE",
     "ws": "gateway, WebSocket",
+    "sse-last": "gateway, SSE, last message only",
+    "ws-last": "gateway, WebSocket, last message only",
 }
 CHAT_LABELS = {
     ("runner", "fresh"): "fresh session (create + run)",
@@ -117,6 +127,8 @@ LONG_LABELS = {
     "api_server": "adk api_server",
     "sse": "gateway SSE",
     "ws": "gateway WebSocket",
+    "sse-last": "gateway SSE last message",
+    "ws-last": "gateway WebSocket last message",
 }
 # The throughput chart's bars, in this order within each group (clients, chats).
 THROUGHPUT_SERVERS = ("api_server", "runner", "sse", "ws")
@@ -223,13 +235,19 @@ class ApiServerClient:
 
 class GatewayClient:
     """A turn on the gateway, as `useChat` sends it: the chat's whole history plus the new user
-    message, over SSE or over one WebSocket per client (a browser tab's)."""
+    message, over SSE or over one WebSocket per client (a browser tab's). With `last_message`, as
+    `useChat` sends it with the persistence pattern's `prepareSendMessagesRequest`: only the new
+    message (`{"id", "message", "trigger"}`; over the WebSocket, `messages: [last]` and
+    `body: {"message": last}`), the gateway holding the history. Either way the client keeps the
+    history it would show (`history`)."""
 
-    def __init__(self, http: aiohttp.ClientSession, url: str, transport: str, prompt: str = PROMPT) -> None:
+    def __init__(self, http: aiohttp.ClientSession, url: str, transport: str, prompt: str = PROMPT,
+                 last_message: bool = False) -> None:
         self.http = http
         self.url = url
         self.transport = transport
         self.prompt = prompt
+        self.last_message = last_message
         self.chat_id = ""
         self.history: list[dict[str, Any]] = []
         self.ws: aiohttp.ClientWebSocketResponse | None = None
@@ -238,16 +256,19 @@ class GatewayClient:
         if new_chat or not self.chat_id:
             self.chat_id, self.history = f"bench-{uuid.uuid4().hex[:20]}", []
         sample.chat_id = self.chat_id
-        messages = [*self.history, user_message(self.prompt)]
+        new = user_message(self.prompt)
+        messages = [*self.history, new]
         if self.transport == "sse":
-            body = {"id": self.chat_id, "messages": messages, "trigger": "submit-message"}
+            body: dict[str, Any] = {"id": self.chat_id, "trigger": "submit-message"}
+            body.update({"message": new} if self.last_message else {"messages": messages})
             await sse_request(self.http, self.url + SSE_PATH, body, {}, sample)
         else:
             if self.ws is None or self.ws.closed:
                 self.ws = await self.http.ws_connect(self.url.replace("http://", "ws://", 1) + WS_PATH,
                                                      autoping=True, max_msg_size=0)
             frame = {"type": "send", "requestId": f"r-{uuid.uuid4().hex[:16]}", "id": self.chat_id,
-                     "trigger": "submit-message", "messages": messages, "headers": {}, "body": {}}
+                     "trigger": "submit-message", "messages": [new] if self.last_message else messages,
+                     "headers": {}, "body": {"message": new} if self.last_message else {}}
             await ws_request(self.ws, frame, sample)
         if sample.ok:
             self.history = [*messages, assistant_message(sample.message_id, sample.text)]
@@ -463,6 +484,7 @@ class Sizes:
     long_rounds: int
     first_text_turns: int = 0  # turns per server and chats of the first-text comparison (0: none)
     duration_s: float = 120.0  # bound of each load
+    long_servers: tuple[str, ...] = LONG_SERVERS  # the servers of the long chat (none: no long chat)
 
     @property
     def long_block(self) -> int:
@@ -524,8 +546,9 @@ class Comparison:
             presets = await self._presets(turns, user) if mode == "run-only" else None
             return [ApiServerClient(self.http, self.targets.api_url, self.targets.api_app, user, presets)
                     for _ in range(clients)], self.targets.api_cpu
-        return ([GatewayClient(self.http, self.targets.gateway_url, server) for _ in range(clients)],
-                self.targets.gateway_cpu)
+        transport, last_message = GATEWAY_SERVERS[server]
+        return ([GatewayClient(self.http, self.targets.gateway_url, transport, last_message=last_message)
+                 for _ in range(clients)], self.targets.gateway_cpu)
 
     async def measure(self, server: str, mode: str, clients: int, turns: int, chat_turns: int) -> Load:
         """One load of `turns` turns on `server` with `clients` clients."""
@@ -537,7 +560,7 @@ class Comparison:
 
     def _finished(self, load: Load, how: str = "") -> None:
         """Counts the chats a finished load started on the gateway, and logs its line."""
-        if load.server in ("sse", "ws"):
+        if load.server in GATEWAY_SERVERS:
             self.gateway_chats += load.chats
         log(f"  {load.server} {load.chats_mode} x{load.clients}{how}: {len(load.ok)} ok / {load.failed} failed, "
             f"{_fmt(load.turns_per_s)} turns/s, p50 {_fmt(load.ms('total', 'p50'))} ms, "
@@ -590,7 +613,9 @@ class Comparison:
     async def run_long(self) -> None:
         """One chat of `long_turns` turns per server and round, the servers in lock step."""
         n = self.sizes.long_turns
-        servers = self.servers(LONG_SERVERS)
+        servers = self.servers([s for s in LONG_SERVERS if s in self.sizes.long_servers])
+        if n <= 0 or not servers:
+            return
         for round_ in range(self.sizes.long_rounds):
             loads = await self.run_lockstep(servers, "reused", n, n, block=self.sizes.long_block, shift=round_)
             for server, load in loads.items():
@@ -603,12 +628,15 @@ class Comparison:
     async def run(self) -> None:
         log("side by side: warm-up")
         await self.warm()
-        log("side by side: the table")
-        await self.run_table()
-        log("side by side: time to first text, in lock step")
-        await self.run_first_text()
-        log(f"side by side: one {self.sizes.long_turns}-turn chat per server, in lock step")
-        await self.run_long()
+        if self.sizes.turns:
+            log("side by side: the table")
+            await self.run_table()
+        if self.sizes.first_text_turns > 0:
+            log("side by side: time to first text, in lock step")
+            await self.run_first_text()
+        if self.sizes.long_turns > 0 and self.sizes.long_servers:
+            log(f"side by side: one {self.sizes.long_turns}-turn chat per server, in lock step")
+            await self.run_long()
 
     # --- figures ---------------------------------------------------------------------------
 
@@ -630,8 +658,10 @@ class Comparison:
         return result
 
     def added_pairs(self) -> list[tuple[str, str]]:
-        """(gateway transport, bare Runner) pairs of the long chat that both ran."""
-        return [(t, b) for t in ("sse", "ws") if t in self.long for b in ("runner", "runner-memory") if b in self.long]
+        """(gateway server, bare Runner) pairs of the long chat that both ran: the whole history
+        posted (`sse`, `ws`), then only the last message (`sse-last`, `ws-last`)."""
+        return [(t, b) for t in GATEWAY_SERVERS if t in self.long
+                for b in ("runner", "runner-memory") if b in self.long]
 
     def _differences(self, server: str, base: str) -> list[list[float | None]]:
         """Per round of the long chat, each turn of `server` less `base`'s turn of the same number
@@ -695,16 +725,21 @@ class Comparison:
         path = directory / CHART_NAME
         fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
         labels = [f"{t['first_turn']}-{t['last_turn']}" for t in next(iter(tenths.values()))]
-        for server in LONG_SERVERS:
+        for number, server in enumerate(LONG_SERVERS):
             if server in tenths:
                 ys = [t["median_ms"] for t in tenths[server]]
+                # One colour per server whichever are drawn; the last-message chats dashed.
                 ax.plot(range(1, 11), [float("nan") if y is None else y for y in ys], marker="o",
-                        label=LONG_LABELS[server])
+                        label=LONG_LABELS[server], color=f"C{number}",
+                        linestyle="--" if GATEWAY_SERVERS.get(server, ("", False))[1] else "-")
         ax.set_xticks(range(1, 11), labels, rotation=30)
         ax.set_xlabel("turns of the chat (tenths)")
         ax.set_ylabel("ms per turn (median of the tenth)")
-        ax.set_title(f"Per-turn time over a {self.sizes.long_turns}-turn chat, 1 client, `{PROMPT}`, "
-                     "whole history posted", fontsize=10)
+        posted = " or ".join(what for what, drawn in (
+            ("whole history", any(s in tenths for s, (_, last) in GATEWAY_SERVERS.items() if not last)),
+            ("last message", any(s in tenths for s, (_, last) in GATEWAY_SERVERS.items() if last))) if drawn)
+        ax.set_title(f"Per-turn time over a {self.sizes.long_turns}-turn chat, 1 client, `{PROMPT}`"
+                     + (f", {posted} posted" if posted else ""), fontsize=10)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -811,7 +846,8 @@ class Comparison:
             "prompt": PROMPT,
             "sizes": {"turns": self.sizes.turns, "chat_turns": self.sizes.chat_turns, "rounds": self.sizes.rounds,
                       "long_turns": self.sizes.long_turns, "long_rounds": self.sizes.long_rounds,
-                      "first_text_turns": self.sizes.first_text_turns},
+                      "first_text_turns": self.sizes.first_text_turns,
+                      "long_servers": [s for s in LONG_SERVERS if s in self.long]},
             "table": [load.as_json() for load in self.loads.values()],
             "added_first_text_1_client": self.added_first_text(),
             "long_chat": {"by_tenth": self.tenths(),

@@ -1,6 +1,6 @@
 """`make bench`: the gateway side by side with ADK's bare `Runner` and `adk api_server`, plus its memory.
 
-    python -m tests.bench.run [--quick] [--json results.json] [--charts DIR] [--no-adk]
+    python -m tests.bench.run [--quick] [--json results.json] [--charts DIR] [--no-adk] [--only PARTS]
 
 The gateway runs as a subprocess with its default settings (scripted model, memory stores) except
 the abuse caps (`BENCH_CAPS`); `adk api_server` serves the same demo agent from a temporary apps
@@ -13,18 +13,26 @@ and servers share the machine's cores. Scenarios, in order:
    over SSE and WebSocket (fresh chats, reused chats with the whole history posted), each at 1 and
    16 clients, with turns/s, per-turn and first-text percentiles and ratios to the Runner's and
    api_server's matching rows; the gateway's added time to first text; one 200-turn chat per
-   server (the Runner on ADK's store and on ours too), by tenth, with a chart in `--charts`;
+   server (the Runner on ADK's store and on ours too; the gateway's with the whole history posted
+   and with only the last message, the AI SDK's persistence pattern), by tenth, with a chart in
+   `--charts`;
 3. streaming throughput (`/stream 100 0`: 100 text deltas per answer), 10 clients, SSE and WebSocket;
 4. memory of the load gateway (RSS idle, after the runs) and cleanup: 200 clients disconnect
    mid-stream; time until `/metrics` shows `adk_gateway_active_runs 0`;
-5. memory per connection, each on a new gateway process: 1,000 then 10,000 idle WebSockets (this
+5. loading a chat, on a new gateway process: a 1,000-message chat made of 500 last-message turns
+   of `/echo one two three` over SSE, then 200 `GET /api/chats/{id}` one after the other (checked:
+   1,000 messages, the ids the client held), with their percentiles;
+6. memory per connection, each on a new gateway process: 1,000 then 10,000 idle WebSockets (this
    process raises its open-files limit to the hard limit first, and the gateways inherit it; a
    count the limit cannot hold is skipped with a note), and 500 open SSE streams each waiting on
    the model (`/stream 1 60000`);
-6. RSS over 100,000 turns: a gateway with `memory://` eviction on (`CHURN_ARGS`), 16 clients
+7. RSS over 100,000 turns: a gateway with `memory://` eviction on (`CHURN_ARGS`), 16 clients
    (8 SSE, 8 WebSocket) in fresh chats, RSS read after a 5,000-turn warm-up and every 5,000 turns.
 
-`--quick` shrinks every count (the 100,000 turns to 10,000) for a smoke run of about 3 minutes.
+`--quick` shrinks every count (the 100,000 turns to 10,000; the loaded chat keeps its 1,000
+messages, 50 GETs) for a smoke run of about 3 minutes. `--only` runs some parts (PARTS below,
+comma-separated) on the warmed-up gateway: e.g. `--only last-message,chat-load`; the long chat's
+bare Runner rows run with either of its parts.
 Everything is bounded: each load by its count and a duration, each wait by a deadline. Nothing here
 asserts timings; it prints Markdown tables (and, with `--json`, every figure).
 """
@@ -53,12 +61,22 @@ from typing import Any
 
 import aiohttp
 
-from gateway.loadtest import LoadConfig, Sample, open_sse_stream, run_load, summarize, user_message
-from tests.bench.compare import PROMPT, Comparison, Sizes, Targets, churn
+from gateway.loadtest import LoadConfig, Sample, open_sse_stream, percentiles, run_load, summarize, user_message
+from tests.bench.compare import (
+    GATEWAY_SERVERS,
+    LONG_SERVERS,
+    PROMPT,
+    Comparison,
+    GatewayClient,
+    Sizes,
+    Targets,
+    churn,
+    drive,
+)
 from tests.bench.soak import raise_open_files_limit
 from tests.gateway_process import free_port, gateway_python
 
-__all__ = ["Bench", "Plan", "main"]
+__all__ = ["PARTS", "Bench", "Plan", "main"]
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_DEADLINE_S = 60.0
@@ -76,6 +94,11 @@ CHURN_ARGS = ("--memory-max-chats", "1000", "--memory-ttl-s", "60")
 # Open files this process keeps for itself beside the held sockets (logs, pipes, pooled connections).
 SPARE_FILES = 512
 CHART_DIR = ROOT / "benchmarks"
+# The parts of the benchmark, in the order they run (`--only` picks some). `long-chat` is the
+# long chat with the whole history posted, `last-message` the same chat posting only the new message.
+PARTS = ("table", "first-text", "long-chat", "last-message", "streaming", "cleanup", "chat-load", "memory",
+         "churn")
+SIDE_BY_SIDE_PARTS = frozenset({"table", "first-text", "long-chat", "last-message"})
 
 
 def log(text: str) -> None:
@@ -228,7 +251,10 @@ class Plan:
     churn_warmup: int = 5_000
     churn_every: int = 5_000
     churn_duration_s: float = 1_200.0
+    chat_load_turns: int = 500  # last-message turns of the loaded chat: 2 messages each
+    chat_load_gets: int = 200
     warmup: int = 20
+    parts: frozenset[str] = frozenset(PARTS)
 
     @classmethod
     def quick(cls) -> Plan:
@@ -237,7 +263,16 @@ class Plan:
                        long_rounds=1, first_text_turns=40, stream_requests=30, disconnect=40, hold_sse=100,
                        hold_ws=(500, 1_000),
                        churn_turns=10_000, churn_warmup=2_000, churn_every=1_000, churn_duration_s=240.0,
-                       warmup=10)
+                       chat_load_gets=50, warmup=10)
+
+    def long_servers(self) -> tuple[str, ...]:
+        """The long chat's servers for the parts asked: the bare Runners and `adk api_server` with
+        either part, the gateway's full-history and last-message chats with their own."""
+        gateway = {"long-chat": ("sse", "ws"), "last-message": ("sse-last", "ws-last")}
+        asked = {s for part, servers in gateway.items() if part in self.parts for s in servers}
+        if not asked:
+            return ()
+        return tuple(s for s in LONG_SERVERS if s in asked or s not in GATEWAY_SERVERS)
 
 
 class Bench:
@@ -254,6 +289,7 @@ class Bench:
         self.comparison: Comparison | None = None
         self.chart: Path | None = None
         self.churn: dict[str, Any] = {}
+        self.chat_load: dict[str, Any] = {}
         self.open_files = raise_open_files_limit()[0]
 
     @staticmethod
@@ -307,16 +343,23 @@ class Bench:
             log("warm-up")
             await self.warm(self.gateway)
             self.memory["idle_warm"] = self.gateway.rss_mib()
-            await self.side_by_side()
+            if self.plan.parts & SIDE_BY_SIDE_PARTS:
+                await self.side_by_side()
             await self.scenarios()
         finally:
             self.gateway.stop()
-        log("memory: idle WebSockets (a new gateway process)")
-        await self.on_fresh_gateway("gateway-ws-memory", self.hold_ws)
-        log("memory: held SSE streams (a new gateway process)")
-        await self.on_fresh_gateway("gateway-sse-memory", self.hold_sse)
-        log(f"RSS over {self.plan.churn_turns:,} turns (a new gateway process, {' '.join(CHURN_ARGS)})")
-        await self.on_fresh_gateway("gateway-churn", self.run_churn, *CHURN_ARGS)
+        parts = self.plan.parts
+        if "chat-load" in parts:
+            log(f"loading a {2 * self.plan.chat_load_turns:,}-message chat (a new gateway process)")
+            await self.on_fresh_gateway("gateway-chat-load", self.load_chat)
+        if "memory" in parts:
+            log("memory: idle WebSockets (a new gateway process)")
+            await self.on_fresh_gateway("gateway-ws-memory", self.hold_ws)
+            log("memory: held SSE streams (a new gateway process)")
+            await self.on_fresh_gateway("gateway-sse-memory", self.hold_sse)
+        if "churn" in parts:
+            log(f"RSS over {self.plan.churn_turns:,} turns (a new gateway process, {' '.join(CHURN_ARGS)})")
+            await self.on_fresh_gateway("gateway-churn", self.run_churn, *CHURN_ARGS)
 
     async def side_by_side(self) -> None:
         """The comparison with the bare Runner and `adk api_server` (tests.bench.compare)."""
@@ -327,8 +370,10 @@ class Bench:
         targets = Targets(gateway_url=self.gateway.url, gateway_cpu=self.gateway.cpu_s)
         if api is not None:
             targets.api_url, targets.api_app, targets.api_cpu = api.url, ADK_APP, api.cpu_s
-        sizes = Sizes(turns=p.compare_turns, chat_turns=p.chat_turns, rounds=p.rounds, long_turns=p.long_turns,
-                      long_rounds=p.long_rounds, first_text_turns=p.first_text_turns)
+        sizes = Sizes(turns=p.compare_turns if "table" in p.parts else {}, chat_turns=p.chat_turns, rounds=p.rounds,
+                      long_turns=p.long_turns, long_rounds=p.long_rounds,
+                      first_text_turns=p.first_text_turns if "first-text" in p.parts else 0,
+                      long_servers=p.long_servers())
         try:
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                              timeout=aiohttp.ClientTimeout(total=None)) as http:
@@ -345,19 +390,68 @@ class Bench:
 
     async def scenarios(self) -> None:
         p = self.plan
-        log("streaming throughput")
-        for transport in ("sse", "ws"):
-            row, _ = await self.load(f"`{STREAM}`, fresh chat", transport, 10, p.stream_requests, STREAM)
-            self.rows.append(row)
+        if "streaming" in p.parts:
+            log("streaming throughput")
+            for transport in ("sse", "ws"):
+                row, _ = await self.load(f"`{STREAM}`, fresh chat", transport, 10, p.stream_requests, STREAM)
+                self.rows.append(row)
         await asyncio.sleep(0.5)
         self.memory["after_runs"] = self.gateway.rss_mib()
         self.memory["chats"] = sum(r.summary["requests"]["sent"] for r in self.rows) + (
             self.comparison.gateway_chats if self.comparison else 0)
 
-        log("cleanup after disconnects")
-        await self.disconnects()
-        await asyncio.sleep(0.5)
+        if "cleanup" in p.parts:
+            log("cleanup after disconnects")
+            await self.disconnects()
+            await asyncio.sleep(0.5)
         self.memory["end"] = self.gateway.rss_mib()
+
+    async def load_chat(self, server: Server) -> None:
+        """`GET /api/chats/{id}` of a chat of `2 * chat_load_turns` messages, made on `server` with
+        last-message turns over SSE (the client keeps what it would show): the GETs one after the
+        other, each timed from the request to its body's last byte; the first answer is checked to
+        hold the messages the client held (same count, same ids, in order)."""
+        p = self.plan
+        url = server.url
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                         timeout=aiohttp.ClientTimeout(total=None)) as http:
+            client = GatewayClient(http, url, "sse", last_message=True)
+            made = await drive([client], p.chat_load_turns, p.chat_load_turns, duration_s=600.0)
+            held = [m["id"] for m in client.history]
+            result: dict[str, Any] = {"turns": p.chat_load_turns, "turns_failed": made.failed,
+                                      "turns_s": round(made.elapsed_s, 1), "messages_held": len(held),
+                                      "gets": p.chat_load_gets}
+            self.chat_load = result
+            log(f"  {len(made.ok)} turns in {made.elapsed_s:.1f} s ({made.failed} failed), "
+                f"{len(held)} messages held")
+            times: list[float] = []
+            statuses: dict[str, int] = {}
+            size = 0
+            cpu_before = server.cpu_s()
+            for k in range(p.chat_load_gets):
+                started = time.perf_counter()
+                async with http.get(f"{url}/api/chats/{client.chat_id}") as response:
+                    raw = await response.read()
+                elapsed = time.perf_counter() - started
+                statuses[str(response.status)] = statuses.get(str(response.status), 0) + 1
+                if response.status != 200:
+                    result.setdefault("error", raw[:300].decode("utf-8", "replace"))
+                    continue
+                times.append(elapsed)
+                if k == 0:
+                    size = len(raw)
+                    loaded = [m.get("id") for m in json.loads(raw).get("messages", [])]
+                    result["messages_loaded"] = len(loaded)
+                    result["same_ids"] = loaded == held
+            cpu = server.cpu_s() - cpu_before
+        stats = percentiles(times, (50, 90, 99))
+        result.update({
+            "statuses": statuses, "bytes": size,
+            "ms": {k: None if v is None else round(v * 1000, 2) for k, v in stats.items()},
+            "server_cpu_ms_per_get": round(cpu * 1000 / len(times), 2) if times else None,
+        })
+        log(f"  {len(times)} GETs: p50 {fmt(result['ms']['p50'], 2)} ms, p99 {fmt(result['ms']['p99'], 2)} ms, "
+            f"{size:,} bytes, {result.get('messages_loaded')} messages (same ids: {result.get('same_ids')})")
 
     async def run_churn(self, server: Server) -> None:
         p = self.plan
@@ -563,46 +657,61 @@ class Bench:
             levels = " and ".join(f"{n} client{'s' if n > 1 else ''} ({turns:,} turns a row"
                                   f"{f' in each of {t.rounds} rounds' if t.rounds > 1 else ''})"
                                   for n, turns in t.turns.items())
-            out += [
-                f"### Side by side: ADK's bare Runner, `adk api_server` and the gateway (`{PROMPT}`)",
-                "",
-                f"At {levels}; reused chats and sessions last {t.chat_turns} turns. The ratios divide a "
-                "row's turns/s by the matching row's (fresh, create + run and run only by the bare Runner's "
-                "fresh sessions and by api_server's create + run; reused by reused). The bare Runner runs in "
-                "this process, with no HTTP and no client; every other row shares the cores with its client.",
-                "",
-                c.markdown_table(),
-                "",
-                "### Gateway-added time to first text over the bare Runner, 1 client",
-                "",
-                "The bare Runner's first partial event with text against the gateway's first `text-delta` at "
-                "the client, both timed from the start of the turn. "
-                + (f"The three run in lock step, {t.first_text_turns:,} turns each for each kind of chat, in "
-                   f"blocks of {t.chat_turns} turns: turns k to k + {t.chat_turns - 1} of the bare Runner, of the "
-                   "gateway over SSE and over WebSocket one after the other (in an order that moves on every "
-                   "block) before any goes further, so that the machine's drift falls on all three alike, while "
-                   "each runs its block as a closed loop. \"Added\" is the difference of the percentiles; beside "
-                   "it, the percentiles of the turn-by-turn differences (each gateway turn less the bare Runner's "
-                   "turn of the same k)."
-                   if t.first_text_turns > 0 else
-                   "From the table's rows at 1 client; differences of percentiles."),
-                "",
-                c.markdown_first_text(),
-                "",
-                f"### Per-turn time over a {t.long_turns}-turn chat, 1 client, whole history posted",
-                "",
-                f"Mean / median ms per turn in each tenth of the chat"
-                f"{f' ({t.long_rounds} chats per server)' if t.long_rounds > 1 else ''}. The servers' chats run "
-                f"in lock step, {t.long_block} turns at a time: turns k to "
-                f"k + {t.long_block - 1} of every server, one after the other in an order that moves "
-                "on every block, before any goes further, so that the machine's drift falls on every server "
-                "alike. The "
-                "last columns are the mean and median, over the tenth, of the gateway's turn less the bare "
-                "Runner's turn of the same number (ADK's store, then ours). The chart plots the medians.",
-                "",
-                c.markdown_long(),
-                "",
-            ]
+            if c.loads:  # the table ran (not with an --only that leaves it out)
+                out += [
+                    f"### Side by side: ADK's bare Runner, `adk api_server` and the gateway (`{PROMPT}`)",
+                    "",
+                    f"At {levels}; reused chats and sessions last {t.chat_turns} turns. The ratios divide a "
+                    "row's turns/s by the matching row's (fresh, create + run and run only by the bare Runner's "
+                    "fresh sessions and by api_server's create + run; reused by reused). The bare Runner runs in "
+                    "this process, with no HTTP and no client; every other row shares the cores with its client.",
+                    "",
+                    c.markdown_table(),
+                    "",
+                ]
+            if c.added_first_text():
+                out += [
+                    "### Gateway-added time to first text over the bare Runner, 1 client",
+                    "",
+                    "The bare Runner's first partial event with text against the gateway's first `text-delta` at "
+                    "the client, both timed from the start of the turn. "
+                    + (f"The three run in lock step, {t.first_text_turns:,} turns each for each kind of chat, in "
+                       f"blocks of {t.chat_turns} turns: turns k to k + {t.chat_turns - 1} of the bare Runner, of the "
+                       "gateway over SSE and over WebSocket one after the other (in an order that moves on every "
+                       "block) before any goes further, so that the machine's drift falls on all three alike, while "
+                       "each runs its block as a closed loop. \"Added\" is the difference of the percentiles; beside "
+                       "it, the percentiles of the turn-by-turn differences (each gateway turn less the bare Runner's "
+                       "turn of the same k)."
+                       if t.first_text_turns > 0 else
+                       "From the table's rows at 1 client; differences of percentiles."),
+                    "",
+                    c.markdown_first_text(),
+                    "",
+                ]
+            last = [s for s in ("sse-last", "ws-last") if s in c.long]
+            whole = [s for s in ("sse", "ws") if s in c.long]
+            posted = " or ".join(what for what, ran in (("whole history", whole), ("last message", last)) if ran)
+            if c.long:
+                out += [
+                    f"### Per-turn time over a {t.long_turns}-turn chat, 1 client, {posted or 'whole history'} posted",
+                    "",
+                    f"Mean / median ms per turn in each tenth of the chat"
+                    f"{f' ({t.long_rounds} chats per server)' if t.long_rounds > 1 else ''}. The servers' chats run "
+                    f"in lock step, {t.long_block} turns at a time: turns k to "
+                    f"k + {t.long_block - 1} of every server, one after the other in an order that moves "
+                    "on every block, before any goes further, so that the machine's drift falls on every server "
+                    "alike. The "
+                    "last columns are the mean and median, over the tenth, of the gateway's turn less the bare "
+                    "Runner's turn of the same number (ADK's store, then ours). The chart plots the medians."
+                    + (" The \"last message\" chats run on the same gateway beside the others, but each of their "
+                       "turns sends only the new message, as `useChat` does with the persistence pattern's "
+                       "`prepareSendMessagesRequest` (`{\"id\", \"message\", \"trigger\"}`; over the WebSocket a "
+                       "`send` frame with `messages: [last]` and `body: {\"message\": last}`): the gateway runs the "
+                       "turn on the history it holds." if last else ""),
+                    "",
+                    c.markdown_long(),
+                    "",
+                ]
             if self.chart is not None:
                 out += [f"Chart: `{self.chart.relative_to(ROOT) if self.chart.is_relative_to(ROOT) else self.chart}`.",
                         ""]
@@ -612,39 +721,68 @@ class Bench:
             out += [f"`adk api_server`: ready after {fmt(self.adk.get('ready_s'), 2)} s, RSS idle "
                     f"{fmt(self.adk.get('rss_idle'))} MiB, after the runs {fmt(self.adk.get('rss_after'))} MiB.", ""]
 
-        out += ["### Streaming throughput", "", load_table(self.rows), ""]
+        cl = self.chat_load
+        if cl:
+            ms = cl.get("ms", {})
+            statuses = ", ".join(f"{k}: {v}" for k, v in cl.get("statuses", {}).items()) or "none"
+            out += [
+                f"### Loading a chat: `GET /api/chats/{{id}}` of a {cl.get('messages_loaded', 0):,}-message chat",
+                "",
+                f"A new gateway process; one chat made of {cl['turns']:,} turns of `{PROMPT}`, each sending only "
+                f"the new message over SSE ({cl['turns_s']:,.1f} s, {cl['turns_failed']} failed); then "
+                f"{cl['gets']:,} GETs of it one after the other, each timed from the request to the last byte of "
+                "its body. The first answer is checked against the messages the client held after streaming "
+                "them (count and ids, in order).",
+                "",
+                "| messages held / loaded | same ids | GETs (status: count) | p50 / p90 / p99 ms | max ms "
+                "| bytes / answer | server CPU ms / GET |",
+                "|---|---|---|---|---|---|---|",
+                f"| {cl['messages_held']:,} / {cl.get('messages_loaded', 0):,} | {cl.get('same_ids', '—')} "
+                f"| {statuses} | **{fmt(ms.get('p50'), 2)}** / {fmt(ms.get('p90'), 2)} / {fmt(ms.get('p99'), 2)} "
+                f"| {fmt(ms.get('max'), 2)} | {cl.get('bytes', 0):,} | {fmt(cl.get('server_cpu_ms_per_get'), 2)} |",
+                "",
+            ]
+            if cl.get("error"):
+                out += [f"First refused GET: `{cl['error']}`.", ""]
+
+        if self.rows:
+            out += ["### Streaming throughput", "", load_table(self.rows), ""]
 
         m = self.memory
         sse, ws = m.get("sse", {}), m.get("ws", {})
         chats = m.get("chats") or 0
         grown = (m["after_runs"] - m["idle_warm"]) * 1024 / chats if chats and "after_runs" in m else None
-        out += [
-            "### Memory (gateway RSS, VmRSS)",
-            "",
-            "| gateway process | when | RSS MiB | per connection |",
-            "|---|---|---|---|",
-            f"| the load gateway | started, before any request | {fmt(m.get('idle_started'))} | |",
-            f"| | after warm-up | {fmt(m.get('idle_warm'))} | |",
-            f"| | after the load runs ({chats:,} chats, kept in the memory session store) "
-            f"| {fmt(m.get('after_runs'))} | ≈ {fmt(grown)} KiB / stored chat |",
-            f"| | at the end (after the disconnect runs) | {fmt(m.get('end'))} | |",
-            f"| a new gateway | after warm-up | {fmt(ws.get('rss_before'))} | |",
-        ]
+        if "memory" in self.plan.parts:
+            out += [
+                "### Memory (gateway RSS, VmRSS)",
+                "",
+                "| gateway process | when | RSS MiB | per connection |",
+                "|---|---|---|---|",
+                f"| the load gateway | started, before any request | {fmt(m.get('idle_started'))} | |",
+                f"| | after warm-up | {fmt(m.get('idle_warm'))} | |",
+                f"| | after the load runs ({chats:,} chats, kept in the memory session store) "
+                f"| {fmt(m.get('after_runs'))} | ≈ {fmt(grown)} KiB / stored chat |",
+                f"| | at the end (after the disconnect runs) | {fmt(m.get('end'))} | |",
+            ]
+        if ws:
+            out.append(f"| a new gateway | after warm-up | {fmt(ws.get('rss_before'))} | |")
         for step in ws.get("steps", []):
             if "skipped" in step:
                 out.append(f"| | {step['skipped']} | | |")
             else:
                 out.append(f"| | holding {step['held']:,} idle WebSockets ({step['failed']} failed to open) "
                            f"| {fmt(step['rss_held'])} | {fmt(step['kib_per_socket'])} KiB / socket |")
-        out += [
-            f"| | 1 s after they closed | {fmt(ws.get('rss_after_close'))} | |",
-            f"| another new gateway | after warm-up | {fmt(sse.get('rss_before'))} | |",
-            f"| | holding {sse.get('held')} open SSE streams, each run waiting on the model "
-            f"({sse.get('failed')} failed to open) | {fmt(sse.get('rss_held'))} "
-            f"| {fmt(sse.get('kib_per_stream'))} KiB / stream |",
-            f"| | 1 s after they closed | {fmt(sse.get('rss_after_close'))} | |",
-            "",
-        ]
+        if ws:
+            out.append(f"| | 1 s after they closed | {fmt(ws.get('rss_after_close'))} | |")
+        if sse:
+            out += [
+                f"| another new gateway | after warm-up | {fmt(sse.get('rss_before'))} | |",
+                f"| | holding {sse.get('held')} open SSE streams, each run waiting on the model "
+                f"({sse.get('failed')} failed to open) | {fmt(sse.get('rss_held'))} "
+                f"| {fmt(sse.get('kib_per_stream'))} KiB / stream |",
+                f"| | 1 s after they closed | {fmt(sse.get('rss_after_close'))} | |",
+            ]
+        out.append("")
 
         ch = self.churn
         if ch:
@@ -669,6 +807,8 @@ class Bench:
                 "",
             ]
 
+        if not (sse or self.cleanup):
+            return "\n".join(out)
         out += [
             "### Cleanup after disconnects",
             "",
@@ -700,7 +840,7 @@ class Bench:
                 "side_by_side": self.comparison.as_json() if self.comparison else None,
                 "chart": str(self.chart) if self.chart else None, "adk_api_server": self.adk,
                 "streaming": [row(r) for r in self.rows], "memory": self.memory, "cleanup": self.cleanup,
-                "rss_over_turns": self.churn}
+                "chat_load": self.chat_load, "rss_over_turns": self.churn}
 
 
 def loadavg() -> str:
@@ -742,7 +882,7 @@ def versions() -> dict[str, str]:
 
 
 async def amain(args: argparse.Namespace) -> int:
-    plan = Plan.quick() if args.quick else Plan()
+    plan = replace(Plan.quick() if args.quick else Plan(), parts=args.only)
     with tempfile.TemporaryDirectory(prefix="adk-gateway-bench-") as tmp:
         bench = Bench(plan, Path(tmp), with_adk=not args.no_adk, charts=args.charts)
         started = time.perf_counter()
@@ -765,9 +905,20 @@ async def amain(args: argparse.Namespace) -> int:
         print("\n".join(report))
         if args.json is not None:
             result = {"date": date, "machine": machine(), "versions": versions(), "quick": args.quick,
+                      "parts": [part for part in PARTS if part in plan.parts],
                       "elapsed_s": round(elapsed, 1), "load_average": [load_before, loadavg()], **bench.as_json()}
             args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def parts(text: str) -> frozenset[str]:
+    """`--only`'s value: comma-separated names of PARTS."""
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    unknown = sorted(names - set(PARTS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown part(s) {', '.join(unknown) or '(none given)'}; "
+                                         f"choose from {', '.join(PARTS)}")
+    return names
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -777,6 +928,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="Also write every figure as JSON to this file.")
     parser.add_argument("--charts", type=Path, default=CHART_DIR,
                         help=f"Directory for the PNG charts (default: {CHART_DIR.relative_to(ROOT)}/).")
+    parser.add_argument("--only", type=parts, default=frozenset(PARTS), metavar="PARTS",
+                        help=f"Run only these parts, comma-separated, of: {', '.join(PARTS)} (default: all).")
     args = parser.parse_args(argv)
     return asyncio.run(amain(args))
 

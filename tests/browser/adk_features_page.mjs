@@ -19,7 +19,7 @@
 // Prints progress on stderr and one JSON line on stdout: {ok, failures, picker, sse, ws, axe, phone, ...}.
 // Exit code 0 only when ok.
 
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { launchChromium } from './browser.mjs';
@@ -32,6 +32,7 @@ const EXECUTABLE = config.executablePath ?? '/usr/bin/chromium';
 const STEP_TIMEOUT_MS = config.stepTimeoutMs ?? 15_000;
 const QUIET_MS = 600; // after a turn: long enough for a resend loop to show itself
 const AXE = createRequire(import.meta.url).resolve('axe-core/axe.min.js');
+const AXE_SOURCE = readFileSync(AXE, 'utf8');
 
 const started = Date.now();
 const log = line => process.stderr.write(`[adk_features_page ${((Date.now() - started) / 1000).toFixed(1)}s] ${line}\n`);
@@ -255,7 +256,9 @@ async function longRunning(page, seen, kind) {
   await settled(page, 'long-running');
   seen.finalState = await tool.getAttribute('data-state');
   seen.output = JSON.parse(await tool.getByTestId('tool-output').textContent());
-  const sentPart = chatRequests(kind).at(-1).messages.at(-1).parts.find(p => p.type === 'tool-ask_for_approval');
+  const sent = chatRequests(kind).at(-1);
+  // The page sends the last message only (the server keeps the history).
+  const sentPart = (sent.message ?? sent.messages.at(-1)).parts.find(p => p.type === 'tool-ask_for_approval');
   seen.sentOutput = sentPart?.output;
   seen.sentState = sentPart?.state;
   seen.formGone = (await tool.getByTestId('tool-answer-form').count()) === 0;
@@ -309,14 +312,16 @@ async function signInCancelled(page, seen) {
   await settled(page, 'sign-in cancelled');
   seen.finalState = await tool.getAttribute('data-state');
   seen.error = await tool.getByTestId('tool-error').textContent();
-  const sentPart = chatRequests('sse').at(-1).messages.at(-1).parts.find(p => p.type === 'tool-adk_request_credential');
+  const sent = chatRequests('sse').at(-1);
+  const sentPart = (sent.message ?? sent.messages.at(-1)).parts.find(p => p.type === 'tool-adk_request_credential');
   seen.sent = { state: sentPart?.state, errorText: sentPart?.errorText };
 }
 
 // --- accessibility and the phone -------------------------------------------------------------
 
 async function axe(page, name) {
-  await page.addScriptTag({ path: AXE });
+  // The page's CSP refuses injected script tags: axe-core is evaluated in the page instead.
+  await page.evaluate(AXE_SOURCE);
   const violations = await page.evaluate(async () => {
     const { violations } = await window.axe.run(document, { resultTypes: ['violations'] });
     return violations.map(v => ({ id: v.id, impact: v.impact, help: v.help, targets: v.nodes.map(n => n.target.join(' ')).slice(0, 5) }));

@@ -127,11 +127,21 @@ class Run {
     const { scenario, ai } = this;
     const base = (scenario.baseUrl ?? 'http://127.0.0.1:8080').replace(/\/$/, '');
     const common = { headers: scenario.headers ?? {}, body: scenario.body ?? {} };
+    // `lastMessage`: the AI SDK's persistence pattern, only the last message in each request (the
+    // server holds the history): the body's `message` over HTTP, one message in a send frame.
+    const lastOnly = scenario.lastMessage === true;
     if (this.kind.transport === 'sse') {
       return new ai.DefaultChatTransport({
         ...common,
         api: scenario.api ?? `${base}/api/chat`,
         fetch: this.recorder.fetch(),
+        ...(lastOnly
+          ? {
+              prepareSendMessagesRequest: ({ id, messages, trigger, messageId, body }) => ({
+                body: { ...body, id, message: messages.at(-1), trigger, messageId },
+              }),
+            }
+          : {}),
       });
     }
     const url = scenario.wsUrl ?? `${base.replace(/^http/, 'ws')}/api/chat/ws`;
@@ -142,6 +152,14 @@ class Run {
     return new Transport({
       ...common,
       ...(scenario.params != null ? { params: scenario.params } : {}),
+      ...(lastOnly
+        ? {
+            prepareSendMessagesRequest: ({ messages, body }) => ({
+              messages: messages.slice(-1),
+              body: { ...body, message: messages.at(-1) },
+            }),
+          }
+        : {}),
       url,
       webSocket: RecordingWebSocket,
       WebSocket: RecordingWebSocket,
@@ -339,7 +357,8 @@ class Run {
    * Another chat client of this scenario (created at its first step): same kind, base URL,
    * headers, params and body as the main one unless its `peers` entry says otherwise, and the same chat
    * id. `messagesFrom: "main"` starts it with a copy of the main chat's messages at that moment
-   * (a page reloaded with its persisted messages).
+   * (a page reloaded with its persisted messages); `messagesFrom: "http:<name>"` with the
+   * `messages` of the JSON answer of the `http` step named so (a chat loaded from the server).
    */
   peer(name) {
     let peer = this.peers.get(name);
@@ -350,6 +369,15 @@ class Run {
     const { messagesFrom, ...own } = config;
     const scenario = { ...shared, ...own, chatId: own.chatId ?? this.scenario.chatId ?? this.chat.id };
     if (messagesFrom === 'main') scenario.messages = structuredClone(this.chat.messages);
+    if (messagesFrom?.startsWith('http:')) {
+      // The `messages` of an earlier `http` step's JSON answer (a chat loaded from the server).
+      const source = messagesFrom.slice('http:'.length);
+      const answer = this.clients().flatMap(c => c.http).find(h => h.name === source);
+      if (!Array.isArray(answer?.body?.messages)) {
+        throw new ScenarioError(`peer ${name}: no http step ${JSON.stringify(source)} answered with messages`);
+      }
+      scenario.messages = structuredClone(answer.body.messages);
+    }
     peer = new Run(scenario, this.ai, this.modules, { name, main: this });
     this.peers.set(name, peer);
     return peer;
@@ -519,8 +547,8 @@ async function readScenario() {
     if (kind.pkg !== KINDS[scenario.kind].pkg) {
       throw new ScenarioError(`peer ${name}: kind ${peer.kind} uses another ai package than ${scenario.kind}`);
     }
-    if (![undefined, 'main'].includes(peer.messagesFrom)) {
-      throw new ScenarioError(`peer ${name}: messagesFrom must be "main"`);
+    if (![undefined, 'main'].includes(peer.messagesFrom) && !String(peer.messagesFrom).startsWith('http:')) {
+      throw new ScenarioError(`peer ${name}: messagesFrom must be "main" or "http:<step name>"`);
     }
   }
   for (const s of [scenario, ...Object.values(scenario.peers ?? {})]) {

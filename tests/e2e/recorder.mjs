@@ -354,12 +354,15 @@ export class Recorder {
 }
 
 function describeSend(body) {
-  const last = Array.isArray(body.messages) ? body.messages[body.messages.length - 1] : undefined;
+  // A last-message request (`message`, in the body or a send frame's body) or the full history.
+  const single = body.message ?? body.body?.message;
+  const last = single ?? (Array.isArray(body.messages) ? body.messages[body.messages.length - 1] : undefined);
   return {
     chatId: body.id,
     trigger: body.trigger,
     messageId: body.messageId,
     lastMessageRole: last?.role,
     messageCount: Array.isArray(body.messages) ? body.messages.length : undefined,
+    lastMessageOnly: single != null,
   };
 }

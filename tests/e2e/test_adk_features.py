@@ -12,42 +12,20 @@ every chunk with the client's own schema and counts the requests of each turn.
 
 from __future__ import annotations
 
-import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.support import assert_clean, node_setup_problem, problems, run_scenario, text_of, tool_parts
-from tests.gateway_process import ROOT, running_gateway
-from tests.oauth_server import OAuthServer, running_oauth_server
+from tests.e2e.support import assert_clean, problems, run_scenario, text_of, tool_parts
+from tests.oauth_server import OAuthServer
 
 pytestmark = pytest.mark.e2e
 
 KINDS = ["sse6", "sse7", "ws", "ws6"]
-APPS = ROOT / "tests" / "adk_apps"
 SIGN_IN = {"adk_request_credential": {"visit": "authUri", "output": {"signedIn": True}, "needsApproval": False}}
-
-
-@pytest.fixture(scope="module")
-def oauth() -> Iterator[OAuthServer]:
-    with running_oauth_server() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def apps_url(tmp_path_factory: pytest.TempPathFactory, oauth: OAuthServer) -> Iterator[str]:
-    problem = node_setup_problem()
-    if problem is not None:
-        pytest.fail(problem, pytrace=False)
-    env = {**os.environ, "ADK_TEST_OAUTH_URL": oauth.url}
-    log: Path = tmp_path_factory.mktemp("adk-apps") / "gateway.log"
-    with running_gateway("--agent", str(APPS), "--client-state", "cart", log=log, env=env) as url:
-        yield url
 
 
 def scenario(url: str, kind: str, app: str, *steps: dict[str, Any], **options: Any) -> dict[str, Any]:

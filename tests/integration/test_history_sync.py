@@ -228,15 +228,18 @@ async def test_the_model_always_sees_the_posted_history(gateway: StartGateway, e
         assert await model_view(client, chat) == posted_view([*posted, *chat.messages[len(posted):]])
 
 
-async def test_a_plain_turn_adds_only_adks_own_events(gateway: StartGateway) -> None:
-    """The plan's state rides on the run's first event; a run that changed none of it writes no
-    second state event (one event fewer per turn for every later turn to read past)."""
+async def test_a_plain_turn_adds_adks_own_events_and_one_record(gateway: StartGateway) -> None:
+    """The plan's state rides on the run's first event; after the run one event records the
+    turn (the book, and the messages as the client holds them: what `GET /api/chats/{id}` gives)."""
     client, _ = await start(gateway)
     chat = Conversation(client)
     await chat.send("/echo one")
     session = await client.app[HOST].get_session("anonymous", chat.chat_id)
     assert session is not None
-    assert [(e.author, bool(e.content)) for e in session.events] == [("user", True), ("demo_agent", True)]
+    assert [(e.author, bool(e.content)) for e in session.events] == [("user", True), ("demo_agent", True),
+                                                                     ("user", False)]
+    recorded = session.events[-1].custom_metadata["adk_gateway"]["messages"]
+    assert [m["role"] for m in recorded] == ["user", "assistant"] and recorded[0] == chat.messages[0]
     # An approval asked in a turn is saved after the run.
     await chat.send('/tool process_payment {"amount": 5, "recipient": "bob"}')
     session = await client.app[HOST].get_session("anonymous", chat.chat_id)

@@ -21,7 +21,7 @@ from agents.adk import AgentHost, session_service_from_uri
 from gateway.app import make_app
 from gateway.config import Settings
 from gateway.services.leases import PostgresLeases, RedisLeases
-from tests.integration.support import Conversation, ToolLog, counting_agent, new_id, post_chat
+from tests.integration.support import Conversation, ToolLog, counting_agent, new_id, post_chat, user_message
 
 pytestmark = pytest.mark.services
 
@@ -165,3 +165,61 @@ async def test_a_resume_of_another_instances_run_ends_when_its_server_shuts_down
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_chat_made_on_one_instance_is_listed_loaded_continued_and_deleted_on_the_other(
+    postgres_url: str, redis_url: str
+) -> None:
+    settings = Settings(model="scripted", session_store=postgres_url, stream_store=redis_url,
+                        url_signing_secret="one-secret-for-both-instances-0123456789")
+    headers = {"x-user-id": f"user-{uuid.uuid4().hex[:8]}"}
+    chat_id = new_id("shared")
+    async with TestClient(TestServer(make_app(settings))) as a, TestClient(TestServer(make_app(settings))) as b:
+        first = await post_chat(a, {"id": chat_id, "message": user_message("/echo made on a")}, headers=headers)
+        assert first.status == 200
+        async with b.get("/api/chats", headers=headers) as response:
+            assert [c["id"] for c in (await response.json())["chats"]] == [chat_id]
+        async with b.get(f"/api/chats/{chat_id}", headers=headers) as response:
+            loaded = await response.json()
+        assert [m["role"] for m in loaded["messages"]] == ["user", "assistant"]
+        # Continued on b with a last-message request, then an approval asked there and answered on a.
+        second = await post_chat(b, {"id": chat_id, "message": user_message("/echo continued on b")}, headers=headers)
+        assert second.text == "continued on b"
+        asked = await post_chat(b, {"id": chat_id, "message": user_message(PAYMENT)}, headers=headers)
+        assert asked.finish_reason == "tool-calls"
+        async with a.get(f"/api/chats/{chat_id}", headers=headers) as response:
+            pending = (await response.json())["messages"][-1]
+        part = next(p for p in pending["parts"] if p.get("state") == "approval-requested")
+        part["state"] = "approval-responded"
+        part["approval"] = {**part["approval"], "approved": True}
+        paid = await post_chat(a, {"id": chat_id, "message": pending, "messageId": pending["id"]}, headers=headers)
+        assert paid.of_type("tool-output-available"), paid.chunks
+        async with b.get(f"/api/chats/{chat_id}/approvals", headers=headers) as response:
+            [audit] = (await response.json())["approvals"]
+        assert audit["decision"] == "allow-once" and audit["answeredBy"] == headers["x-user-id"]
+        # A regenerate on a (rewinding the PostgreSQL session), seen on b.
+        user_two = loaded_user_message(await load(b, chat_id, headers), 1)
+        again = await post_chat(a, {"id": chat_id, "trigger": "regenerate-message", "message": user_two},
+                                headers=headers)
+        assert again.text == "continued on b"
+        after = await load(b, chat_id, headers)
+        assert [m["role"] for m in after["messages"]] == ["user", "assistant", "user", "assistant"]
+        async with b.delete(f"/api/chats/{chat_id}", headers=headers) as response:
+            assert response.status == 204
+        async with a.get(f"/api/chats/{chat_id}", headers=headers) as response:
+            assert response.status == 404
+
+
+PAYMENT = '/tool process_payment {"amount": 5, "recipient": "bob"}'
+
+
+async def load(client: TestClient[Any, Any], chat_id: str, headers: dict[str, str]) -> dict[str, Any]:
+    async with client.get(f"/api/chats/{chat_id}", headers=headers) as response:
+        assert response.status == 200
+        loaded: dict[str, Any] = await response.json()
+        return loaded
+
+
+def loaded_user_message(loaded: dict[str, Any], index: int) -> dict[str, Any]:
+    users = [m for m in loaded["messages"] if m["role"] == "user"]
+    return users[index]

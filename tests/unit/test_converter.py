@@ -655,7 +655,7 @@ def test_adk_events_become_core_events() -> None:
         actions=EventActions(requested_tool_confirmations={"c1": ToolConfirmation(hint="?")}),
     )
     assert agent_event(event) == ev.AgentEvent(
-        id="e7", author=AGENT, role="model",
+        id="e7", invocation_id="i", author=AGENT, role="model",
         parts=(ev.Text("a", True), ev.FunctionCall("c1", "get_weather", {"location": "x"}),
                ev.FunctionResponse("c0", "t", {"ok": 1}), ev.InlineData("image/png", png),
                ev.FileData("gs://b/f", "application/octet-stream"), ev.Text("")),

@@ -1,8 +1,9 @@
 """SlowReaderGuard on its own: which conditions cut a connection, and which do not.
 
 A fake connection stands for the socket's transport (its unsent bytes); a real `StreamLog`
-supplies the backlog. The grace is short, and the tests wait on the guard's own cut (an event),
-or let the grace pass to show that nothing happened.
+supplies the backlog (which is the run's to wait for, never a cut: only what the socket does not
+send is). The grace is short, and the tests wait on the guard's own cut (an event), or let the
+grace pass to show that nothing happened.
 """
 
 from __future__ import annotations
@@ -59,13 +60,12 @@ async def cut_of(cuts: list[SlowReader]) -> SlowReader:
     return cuts[0]
 
 
-async def test_over_the_bound_for_the_grace_is_cut_once() -> None:
+async def test_unsent_bytes_over_the_bound_for_the_grace_are_cut_once() -> None:
     guard, connection, cuts, metrics = guarded()
     log = StreamLog(key=("u", "chat-1"), max_bytes=1 << 20)
     follower = log.attach(0)
     guard.watch(follower)
-    log.append(chunk(800))
-    connection.unsent = 300  # backlog ~830 + 300 unsent: over 1000
+    connection.unsent = 1300  # the socket does not send it: over 1000
     log.append(chunk(1))  # any change re-evaluates
     error = await cut_of(cuts)
     assert error.reason == "pending" and error.pending_bytes > 1000 and error.close_code == 4008
@@ -73,6 +73,18 @@ async def test_over_the_bound_for_the_grace_is_cut_once() -> None:
     guard.update()
     guard.cut("stalled")
     assert len(cuts) == 1 and counted(metrics, "stalled") == 0
+
+
+async def test_a_backlog_in_the_log_is_no_slow_reader() -> None:
+    # The process was too busy to write: the reader's backlog grows in the log, its socket has
+    # nothing unsent. The run waits for it (`StreamLog.readers_caught_up`); the guard does not cut.
+    guard, _connection, cuts, _metrics = guarded()
+    log = StreamLog(key=("u", "c"), max_bytes=1 << 20)
+    follower = log.attach(0)
+    guard.watch(follower)
+    log.append(chunk(5000))
+    await asyncio.sleep(GRACE_S * 4)
+    assert not cuts and follower.backlog > 5000
 
 
 async def test_back_under_the_bound_within_the_grace_is_not_cut() -> None:

@@ -1,5 +1,6 @@
 import { DefaultChatTransport, WebSocketChatTransport } from 'ai';
 import { gatewaySocketUrl, gatewayUrl } from './gateway.js';
+import { lastMessageFrame, lastMessageRequest } from './requests.js';
 
 /** Asks the gateway for `ai` 7's chunk set (e.g. `finishReason: "interrupted"` after "deny and stop"). */
 const AI_SDK_7 = { 'x-ai-sdk-major': '7' };
@@ -11,8 +12,11 @@ const AI_SDK_7 = { 'x-ai-sdk-major': '7' };
  * - `getApp()` names the app that answers (undefined: the gateway's default); it goes in every
  *   request's body as `app`.
  * - `onUnauthorized()` runs when an HTTP request is answered 401.
+ * - `lastMessageOnly()`: the gateway keeps the chat's history (it has `/api/chats`), so each
+ *   request carries only the last message (src/requests.js); false: the whole history, for an
+ *   older gateway. Read on every request.
  */
-export function createTransport(kind, { getToken, getApp = () => undefined, onUnauthorized }) {
+export function createTransport(kind, { getToken, getApp = () => undefined, onUnauthorized, lastMessageOnly = () => true }) {
   const body = () => (getApp() ? { app: getApp() } : {});
   if (kind === 'ws') {
     return new WebSocketChatTransport({
@@ -21,12 +25,14 @@ export function createTransport(kind, { getToken, getApp = () => undefined, onUn
       params: () => (getToken() ? { access_token: getToken() } : {}),
       headers: AI_SDK_7,
       body,
+      prepareSendMessagesRequest: options => (lastMessageOnly() ? lastMessageFrame(options) : undefined),
     });
   }
   return new DefaultChatTransport({
     api: gatewayUrl('/api/chat'),
     headers: () => ({ ...AI_SDK_7, ...authorization(getToken()) }),
     body,
+    prepareSendMessagesRequest: options => (lastMessageOnly() ? lastMessageRequest(options) : undefined),
     fetch: async (input, init) => {
       const response = await fetch(input, init);
       if (response.status === 401) onUnauthorized();

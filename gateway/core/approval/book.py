@@ -104,6 +104,12 @@ class Continuation:
     interrupted: bool = False
     # The users' decisions, in order (answers that came too late have none).
     decisions: tuple[Decision, ...] = ()
+    # For the chat's approval audit (bookkeeping beside what the continuation leads to): the
+    # approvals answered (call id, decision), those that had expired, and those a "deny and stop"
+    # ended unanswered.
+    answered: tuple[tuple[str, Decision], ...] = field(default=(), compare=False)
+    expired: tuple[str, ...] = field(default=(), compare=False)
+    stopped: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def awaiting_client(self) -> list[str]:
@@ -278,9 +284,13 @@ class ApprovalBook:
         shown: list[ToolOutcome | RunInBrowser] = []
         replies: list[AgentReply] = []
         decisions: list[Decision] = []
+        answered: list[tuple[str, Decision]] = []
+        expired: list[str] = []
+        stopped: list[str] = []
         for answer in answers:
             record = self.calls[answer.record.tool_call_id]
             if self.expired(record, now, timeout_s):
+                expired.append(record.tool_call_id)
                 record = self.fire(record.tool_call_id, CallEvent.EXPIRE)
                 shown.append(ToolOutcome(record.tool_call_id, record.state, TIMEOUT_TEXT, record.browser))
                 if record.confirmation_id is not None and not stop:
@@ -291,15 +301,19 @@ class ApprovalBook:
             if answer.decision is not None:
                 decisions.append(answer.decision)
                 if record.state is CallState.APPROVAL_REQUESTED:
+                    answered.append((record.tool_call_id, answer.decision))
                     record = self.record_decision(record, answer.decision)
             if not stop:
                 self._lead(record, answer, shown, replies)
         if stop:
             for record in self.pending():
+                if record.state is CallState.APPROVAL_REQUESTED:
+                    stopped.append(record.tool_call_id)
                 record = self.fire(record.tool_call_id, CallEvent.STOP)
                 shown.append(ToolOutcome(record.tool_call_id, record.state, browser=record.browser))
                 replies.append(FunctionResult(record.tool_call_id, record.tool_name, {"error": interrupt_result()}))
-        return Continuation(tuple(shown), tuple(replies), interrupted=stop, decisions=tuple(decisions))
+        return Continuation(tuple(shown), tuple(replies), interrupted=stop, decisions=tuple(decisions),
+                            answered=tuple(answered), expired=tuple(expired), stopped=tuple(stopped))
 
     def _lead(
         self, record: CallRecord, answer: Answer, shown: list[ToolOutcome | RunInBrowser], replies: list[AgentReply]

@@ -4,7 +4,7 @@ import { useCallback, useEffect, useRef, useState } from 'react';
 import { useLiveVoice } from '../live/useLiveVoice.js';
 import { latestState } from '../parts.js';
 import { sendAutomaticallyWhen } from '../predicates.js';
-import { loadMessages, saveMessages } from '../storage.js';
+import { clearPending, saveMessages, savePending } from '../storage.js';
 import { browserTools, mayRun, runBrowserTool } from '../tools.js';
 import { createTransport, stopRun } from '../transport.js';
 import { Composer } from './Composer.jsx';
@@ -27,10 +27,10 @@ function runTool(chat, toolCall) {
 }
 
 /** The chat's state: `useChat`'s Chat, with its transport and the browser tools. */
-function createChat({ chatId, transport, onError }) {
+function createChat({ chatId, messages, transport, onError }) {
   const chat = new ChatState({
     id: chatId,
-    messages: loadMessages(chatId),
+    messages,
     transport,
     // Continue after an approval or a browser tool's output: the AI SDK's two predicates combined.
     sendAutomaticallyWhen,
@@ -62,11 +62,30 @@ function nowPlaying(messages) {
   return undefined;
 }
 
-export function Chat({ chatId, transportKind, app, token, locked, onUnauthorized, onNetworkError }) {
+const BUSY = new Set(['submitted', 'streaming']);
+
+/**
+ * One chat, continued from `initialMessages` (the gateway's copy, see OpenChat). `keepsChats`:
+ * the gateway keeps the history (false: an older gateway, the tab keeps it and sends it whole).
+ * `onStarted()` runs when the first request goes, `onTurnEnd()` when an answer ends.
+ */
+export function Chat({
+  chatId,
+  initialMessages,
+  transportKind,
+  app,
+  token,
+  locked,
+  keepsChats = true,
+  onUnauthorized,
+  onNetworkError,
+  onStarted,
+  onTurnEnd,
+}) {
   // Read by the transport on each request, so it always has the current token, app and callbacks.
-  const latest = useRef({ token, app, onUnauthorized, onNetworkError });
+  const latest = useRef({ token, app, keepsChats, onUnauthorized, onNetworkError, onStarted, onTurnEnd });
   useEffect(() => {
-    latest.current = { token, app, onUnauthorized, onNetworkError };
+    latest.current = { token, app, keepsChats, onUnauthorized, onNetworkError, onStarted, onTurnEnd };
   });
 
   const [{ chat, transport }] = useState(() => {
@@ -74,8 +93,15 @@ export function Chat({ chatId, transportKind, app, token, locked, onUnauthorized
       getToken: () => latest.current.token,
       getApp: () => latest.current.app,
       onUnauthorized: () => latest.current.onUnauthorized(),
+      // The gateway has the history: each request carries the last message only.
+      lastMessageOnly: () => latest.current.keepsChats !== false,
     });
-    const chat = createChat({ chatId, transport, onError: () => latest.current.onNetworkError() });
+    const chat = createChat({
+      chatId,
+      messages: initialMessages,
+      transport,
+      onError: () => latest.current.onNetworkError(),
+    });
     return { chat, transport };
   });
   // resume: a reload picks up an answer that is still running (GET …/stream or a `resume` frame).
@@ -88,12 +114,31 @@ export function Chat({ chatId, transportKind, app, token, locked, onUnauthorized
     getApp: () => latest.current.app,
   });
 
-  // Keep the history for a reload: after each answer, and as the page goes away.
+  // A request went (the chat now is on the gateway), an answer ended (the list of chats changes).
+  const previous = useRef(status);
   useEffect(() => {
-    if (status !== 'streaming') saveMessages(chatId, messages);
+    const before = previous.current;
+    previous.current = status;
+    if (before === status) return;
+    if (status === 'submitted') latest.current.onStarted?.();
+    if (BUSY.has(before) && !BUSY.has(status)) {
+      if (latest.current.keepsChats !== false) clearPending(chatId);
+      latest.current.onTurnEnd?.();
+    }
+  }, [chatId, status]);
+
+  // The gateway keeps the history. What it has not recorded yet (it records a turn as it ends)
+  // is kept as the page goes away during an answer: a reload shows the question it resumes.
+  // An older gateway keeps nothing: then the tab keeps the whole history, as before.
+  useEffect(() => {
+    if (latest.current.keepsChats === false && status !== 'streaming') saveMessages(chatId, messages);
   }, [chatId, messages, status]);
   useEffect(() => {
-    const save = () => saveMessages(chatId, chat.messages);
+    const save = () => {
+      if (latest.current.keepsChats === false) saveMessages(chatId, chat.messages);
+      else if (BUSY.has(chat.status)) savePending(chatId, chat.messages);
+      else clearPending(chatId);
+    };
     window.addEventListener('pagehide', save);
     return () => window.removeEventListener('pagehide', save);
   }, [chat, chatId]);
