@@ -70,6 +70,7 @@ from gateway.core.approval import REJECTED_TEXT, AgentReply, Confirmation
 from gateway.core.errors import ModelTimedOut, StoreUnavailable, UnknownApp
 from gateway.core.events import AgentEvent
 from gateway.core.kinds import CONFIRMATION_TOOL, ToolKind
+from gateway.core.pacing import Pacer
 from gateway.core.requests import ToolPart, UIMessage
 from gateway.core.transcript import Record
 from gateway.metrics import Metrics
@@ -97,8 +98,6 @@ log = structlog.get_logger("agents.adk")
 T = TypeVar("T")
 ChatKey = tuple[str, str]
 
-# Longest stretch of history conversion on the event loop before it is given back (seconds).
-SLICE_S: Final = 0.004
 # The key of what the chat service records on a session's events (`custom_metadata`): the chat's
 # messages as the client holds them, and its approvals (see `AgentHost.records`).
 RECORD_KEY: Final = "adk_gateway"
@@ -283,28 +282,67 @@ def append_history_in_memory(
 
 
 class GuardedSessionService(BaseSessionService):
-    """Any session store, with every call bounded by `timeout_s` (0: unbounded).
+    """Any session store, with every call bounded by `timeout_s` (0: unbounded), and every failure
+    of the store itself told as one.
 
-    A store that does not answer in time fails the call with `StoreUnavailable`: before a response
-    streams that is a 503, inside a run an `error` chunk. The runner uses this service too, so its
-    own reads and writes are bounded the same way.
+    A store that does not answer in time, or that cannot be reached (a refused or dropped
+    connection, a server shutting down or starting up, too many connections: `store_errors()`),
+    fails the call with `StoreUnavailable`: before a response streams that is a JSON 503
+    `store_unavailable` with `Retry-After`, inside a run an `error` chunk. Nothing is retried here
+    (a write may have happened); the client's retry is, once the store is back, and the connection
+    pool gets new connections by itself. Other errors (an unknown or stale session, a bug) go on
+    unchanged. The runner uses this service too, so its own reads and writes are bounded the same way.
     """
+
+    UNAVAILABLE_TEXT: Final = "The session store is not available; try again."
 
     def __init__(self, inner: BaseSessionService, *, timeout_s: float = 0.0) -> None:
         self.inner = inner
         self.timeout_s = timeout_s
         self.timed_out: Callable[[str], None] = lambda _operation: None
+        self.store_errors = self.unavailable_errors()
+
+    @staticmethod
+    def unavailable_errors() -> tuple[type[BaseException], ...]:
+        """What a store that is down or out of reach raises, by driver: OSError (a refused
+        connection: asyncpg lets it through SQLAlchemy as it is), SQLAlchemy's operational,
+        interface and pool errors, asyncpg's connection, shutdown and resource errors, sqlite3's
+        operational errors (a locked or unreadable file)."""
+        import sqlite3
+
+        kinds: list[type[BaseException]] = [OSError, sqlite3.OperationalError]
+        with contextlib.suppress(ImportError):
+            from sqlalchemy import exc as sa
+
+            kinds += [sa.OperationalError, sa.InterfaceError, sa.DisconnectionError, sa.TimeoutError]
+        with contextlib.suppress(ImportError):
+            from asyncpg import exceptions as pg
+
+            kinds += [pg.PostgresConnectionError, pg.OperatorInterventionError, pg.InsufficientResourcesError,
+                      pg.InterfaceError]
+        return tuple(kinds)
+
+    def _unavailable(self, exc: BaseException) -> bool:
+        if isinstance(exc, self.store_errors):
+            return True
+        invalidated = getattr(exc, "connection_invalidated", False)  # SQLAlchemy: a connection found dead
+        return invalidated is True
 
     async def _bounded(self, operation: str, call: Awaitable[T]) -> T:
-        if not self.timeout_s:
-            return await call
+        bound: contextlib.AbstractAsyncContextManager[Any] = (
+            asyncio.timeout(self.timeout_s) if self.timeout_s else contextlib.nullcontext())
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with bound:
                 return await call
-        except TimeoutError:
-            log.warning("store_timeout", operation=operation, timeout_s=self.timeout_s)
-            self.timed_out(operation)
-            raise StoreUnavailable(detail=f"{operation} took longer than {self.timeout_s:g} s") from None
+        except Exception as exc:
+            if isinstance(bound, asyncio.Timeout) and bound.expired():
+                log.warning("store_timeout", operation=operation, timeout_s=self.timeout_s)
+                self.timed_out(operation)
+                raise StoreUnavailable(detail=f"{operation} took longer than {self.timeout_s:g} s") from None
+            if not self._unavailable(exc):
+                raise
+            log.warning("store_unavailable", operation=operation, error=repr(exc))
+            raise StoreUnavailable(self.UNAVAILABLE_TEXT, detail=f"{operation}: {exc!r}") from None
 
     async def create_session(
         self, *, app_name: str, user_id: str, state: dict[str, Any] | None = None, session_id: str | None = None
@@ -688,24 +726,24 @@ class AgentHost:
     async def import_history(self, session: Session, messages: Sequence[UIMessage]) -> None:
         """Appends prior UI messages to a fresh session, so the model sees the conversation.
 
-        Linear in the history, and never holding the event loop: conversion gives the loop back
-        every `SLICE_S`; the in-memory store takes the events in one step, other stores one event
-        per awaited write.
+        Linear in the history, and never holding the event loop: conversion gives the loop a
+        turn every few messages (`gateway.core.pacing`); the in-memory store takes the events in
+        one step, other stores one event per awaited write, paced too (a store that answers
+        without waiting never suspends).
         """
         agent_name = self.root_agent.name
         events: list[Event] = []
-        started = time.perf_counter()
+        pacer = Pacer()
         for message in messages:
             events += message_events(agent_name, message)
-            if time.perf_counter() - started > SLICE_S:
-                await asyncio.sleep(0)
-                started = time.perf_counter()
+            await pacer.step()
         stamp_history(events)
         if isinstance(self.store, (MemorySessionService, InMemorySessionService)):
             append_history_in_memory(self.store, session, events)
             return
         for event in events:
             await self.session_service.append_event(session, event)
+            await pacer.step()
 
     # --- runs ----------------------------------------------------------------------------------
 

@@ -68,6 +68,7 @@ import structlog
 from gateway.core import encoding
 from gateway.core.chunks import ADAPTED_FOR_V6, adapt_wire
 from gateway.core.errors import GatewayError, SlowReader
+from gateway.core.pacing import Pacer
 from gateway.services.streams import Follower, FollowerOverrun, LogEntry
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ CUT_TIMEOUT_S: Final = 2.0
 # waiting (a first chunk larger than this still goes out whole). aiohttp waits for a drain past
 # 64 KiB of buffered output anyway, so a larger write would only copy more at once.
 MAX_BATCH_BYTES: Final = 64 * 1024
+# Batches written between two turns given to the event loop, at most (see `deliver`).
+REPLAY_BATCHES_PER_TURN: Final = 4
 
 def adapt_entry(entry: LogEntry, major: int) -> bytes | None:
     """A logged chunk's JSON for this client (`chunks.adapt_wire`, the one adapter): the logged
@@ -357,6 +360,9 @@ async def deliver(
     """
     stream_log = follower.log
     loop = asyncio.get_running_loop()
+    # A replay of a long log, or a reader catching up, writes batch after batch to a socket that
+    # may never make it wait: the loop gets a turn every few batches (`gateway.core.pacing`).
+    pacer = Pacer(every=REPLAY_BATCHES_PER_TURN)
     if guard is not None:
         guard.watch(follower)
     try:
@@ -383,6 +389,7 @@ async def deliver(
                     batch = iter(entries)
                 await transport.send_entries(batch)
                 last_sent = loop.time()
+                await pacer.step()
             elif stream_log.closed:
                 await transport.close()
                 stream_log.delivered = True

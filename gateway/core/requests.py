@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from collections.abc import Sequence
 from typing import Annotated, Any, Final, Literal
 
@@ -44,7 +43,8 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.core.jsonparse import SLICE_S, PostedMessage, depth_exceeds, parse_posted, too_deep
+from gateway.core.jsonparse import PostedMessage, depth_exceeds, parse_posted, too_deep
+from gateway.core.pacing import Pacer
 
 __all__ = [
     "AbortFrame",
@@ -448,7 +448,7 @@ async def validate_frame(data: dict[str, Any]) -> ClientFrame:
 
 async def validated_history(messages: Sequence[Any], *, max_depth: int) -> list[UIMessage]:
     """Earlier messages of a posted history, validated in full, giving the event loop back every
-    `SLICE_S`: what a chat is imported or rebuilt from.
+    few messages (`gateway.core.pacing`): what a chat is imported or rebuilt from.
 
     Args:
         messages: a request's `earlier` messages (positions in the posted list).
@@ -459,14 +459,12 @@ async def validated_history(messages: Sequence[Any], *, max_depth: int) -> list[
         JsonRejected: a message nests deeper than the body may.
     """
     validated: list[UIMessage] = []
-    started = time.perf_counter()
+    pacer = Pacer()
     for index in range(len(messages)):
         if depth_exceeds(_value(messages[index]), max_depth, level=3):  # body > messages > message
             raise too_deep(max_depth)
         validated.append(_validated_message(messages, index))
-        if time.perf_counter() - started > SLICE_S:
-            await asyncio.sleep(0)
-            started = time.perf_counter()
+        await pacer.step()
     return validated
 
 

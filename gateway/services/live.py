@@ -84,6 +84,7 @@ from gateway.core.converter import CallAnnounced, MessageConverter, Mode, map_fi
 from gateway.core.errors import ApprovalInvalid
 from gateway.core.events import AgentEvent, FunctionCall
 from gateway.core.kinds import ToolKind
+from gateway.core.pacing import Pacer
 from gateway.core.pcm import INPUT_RATE, float_to_pcm16, pcm16_to_float, validate_frame, validate_rate
 from gateway.core.requests import LiveApprovalFrame, LiveControlFrame, LiveTextFrame, LiveToolOutputFrame
 from gateway.core.resample import Resampler
@@ -403,9 +404,13 @@ class LiveSession:
         try:
             await self._prepare()
             events = self.host.run_live(self.user_id, self.chat_id, self._channel, self)
+            # A live model that sends event after event without waiting would hold the loop
+            # (`gateway.core.pacing`), as a chat's would.
+            pacer = Pacer()
             async with aclosing(events) as stream:
                 async for event in stream:
                     self._on_event(event)
+                    await pacer.step()
         except Exception as exc:
             self._failure = exc
             self._emit(self._turn.error(FAILED_TEXT))

@@ -26,7 +26,6 @@ from typing import Any, Protocol
 import structlog
 
 from agents.adk import AgentHost, ModelCallsExhausted
-from agents.pacing import Pacer
 from agents.tools import APPROVALS_STATE_KEY
 from gateway.core.approval import ToolPolicy
 from gateway.core.chunks import Chunk
@@ -42,6 +41,7 @@ from gateway.core.converter import (
 )
 from gateway.core.errors import GatewayError, ModelTimedOut
 from gateway.core.events import AgentEvent
+from gateway.core.pacing import Pacer
 from gateway.core.transcript import MessageFold
 from gateway.metrics import Metrics
 from gateway.services.planning import TURN_STATE_KEY, RequestContext, TurnPlan, now_ms

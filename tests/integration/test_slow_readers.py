@@ -320,11 +320,14 @@ async def test_ws_client_that_stops_reading_is_closed_with_4008(gateway: StartGa
             await ws.send_json({"type": "send", "requestId": "q1", "id": "ws-flood", "trigger": "submit-message",
                                 "messages": [user_message(TEN_MIB)]})
             await wait_for(lambda: all_cuts(client) == 1, CUT_WITHIN_S, "the slow socket to be cut")
-        assert cuts(client, "ws", "stalled") == 1
+        # A socket that does not drain: its blocked write ("stalled") and its unsent bytes over
+        # --max-pending-bytes ("pending") both last the grace here; which timer fires first
+        # depends on when the loop ran the write, and either cuts it once.
+        [reason] = [r for r in ("stalled", "pending") if cuts(client, "ws", r) == 1]
         # One line for the cut: who, which chat, how much was pending.
         lines = [entry for entry in logs if "slow_reader" in entry["event"]]
         assert [(e["event"], e["user_id"], e["chat_id"], e["reason"]) for e in lines] == [
-            ("slow_reader_cut", USER, "ws-flood", "stalled")
+            ("slow_reader_cut", USER, "ws-flood", reason)
         ]
         assert lines[0]["pending_bytes"] > 0
         # Reading again, the client gets what was in flight, then the close frame.
