@@ -56,6 +56,7 @@ from google.adk.sessions import BaseSessionService, InMemorySessionService, Sess
 from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
 from google.adk.telemetry import ContentCapturingMode, TelemetryConfig
 from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 from opentelemetry import trace
 
@@ -65,11 +66,11 @@ from agents.inference_scope import keep_call_summary
 from agents.live import LiveChannel, live_run_config
 from agents.memory_store import MemorySessionService
 from agents.pacing import PacingPlugin, ReaderGate
-from agents.tools import Bounds, BoundsPlugin, LiveToolGate, PermissionPlugin, tool_kind
+from agents.tools import Bounds, BoundsPlugin, LiveToolGate, PermissionPlugin, tool_info, tool_kind
 from gateway.core.approval import REJECTED_TEXT, AgentReply, Confirmation
-from gateway.core.errors import ModelTimedOut, StoreUnavailable, UnknownApp
+from gateway.core.errors import ModelTimedOut, StartupError, StoreUnavailable, UnknownApp
 from gateway.core.events import AgentEvent
-from gateway.core.kinds import CONFIRMATION_TOOL, ToolKind
+from gateway.core.kinds import CONFIRMATION_TOOL, ToolInfo, ToolKind
 from gateway.core.pacing import Pacer
 from gateway.core.requests import ToolPart, UIMessage
 from gateway.core.transcript import Record
@@ -103,8 +104,12 @@ ChatKey = tuple[str, str]
 RECORD_KEY: Final = "adk_gateway"
 
 
-class AgentLoadError(ValueError):
-    """The configured agent could not be loaded; the message says why."""
+class AgentLoadError(StartupError):
+    """The configured agent (`--agent`, `--app`) or its session store could not be loaded; the
+    message says why."""
+
+    def __init__(self, message: str, *, setting: str = "agent") -> None:
+        super().__init__(message, setting=setting)
 
 
 class ModelCallsExhausted(Exception):
@@ -135,7 +140,12 @@ def _agent_from_module_attr(spec: str) -> BaseAgent | App:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise AgentLoadError(f"cannot import {module_name!r}: {exc}") from None
+        hint = ""
+        if isinstance(exc, ModuleNotFoundError) and exc.name and module_name.startswith(exc.name):
+            # The usual cause: the module is the user's own, and its folder is not on the path.
+            hint = (f" (is it in {Path.cwd()}? run the gateway from the folder that holds it, add that folder "
+                    "to PYTHONPATH, or pass the agent's folder instead: --agent ./path/to/agent)")
+        raise AgentLoadError(f"cannot import {module_name!r}: {exc}{hint}") from None
     target: Any = module
     for name in (attr or "root_agent").split("."):
         if not hasattr(target, name):
@@ -169,7 +179,7 @@ def _agents_from_folder(spec: str, default: str) -> LoadedAgents:
         load_services_module(str(agents_dir))  # the folder's own session-store schemes, as ADK does
     default = default or named or names[0]
     if default not in names:
-        raise AgentLoadError(f"{folder} has no app {default!r} (its apps: {', '.join(names)})")
+        raise AgentLoadError(f"{folder} has no app {default!r} (its apps: {', '.join(names)})", setting="app")
     loaded: dict[str, BaseAgent | App] = {}
     for name in names:
         try:
@@ -203,7 +213,7 @@ def load_agents(spec: str, model: str, *, default: str = "") -> LoadedAgents:
         raise AgentLoadError(f"{spec!r} is neither 'demo', a module:attribute, nor a folder")
     name = agent.name
     if default and default != name:
-        raise AgentLoadError(f"--app {default!r}: {spec!r} serves one app, {name!r}")
+        raise AgentLoadError(f"{spec!r} serves one app, {name!r}, not {default!r}", setting="app")
     return LoadedAgents(agents={name: agent}, default=name)
 
 
@@ -243,7 +253,8 @@ def session_service_from_uri(
             base_dir=agents_dir or Path.cwd(), session_service_uri=uri, use_local_storage=False
         )
     except (ValueError, ImportError) as exc:
-        raise AgentLoadError(f"unsupported session store {redact_uri(uri)!r}: {exc}") from None
+        raise AgentLoadError(f"unsupported session store {redact_uri(uri)!r}: {exc}",
+                             setting="session_store") from None
 
 
 def redact_uri(uri: str) -> str:
@@ -604,6 +615,9 @@ class AgentHost:
             for tool in agent.tools:
                 if isinstance(tool, BaseTool):
                     self._tools[tool.name] = tool
+                elif callable(tool):  # a plain function, which ADK wraps the same way
+                    function = FunctionTool(tool)
+                    self._tools.setdefault(function.name, function)
             model = agent.model
             name = model if isinstance(model, str) else getattr(model, "model", "")
             if name:
@@ -613,6 +627,11 @@ class AgentHost:
 
     def tool_kind(self, name: str) -> ToolKind:
         return tool_kind(self._tools.get(name))
+
+    def tools(self) -> list[ToolInfo]:
+        """The tools of the app's agents (sub-agents included; toolsets, which list their tools
+        only when asked in a run, are not), by name."""
+        return [tool_info(tool) for _name, tool in sorted(self._tools.items())]
 
     def configure(
         self,
@@ -661,6 +680,18 @@ class AgentHost:
 
     async def create_session(self, user_id: str, chat_id: str) -> Session:
         return await self.session_service.create_session(app_name=self.app_name, user_id=user_id, session_id=chat_id)
+
+    async def store_answers(self) -> None:
+        """Raises what the session store's client raises when it cannot be reached (start-up's
+        check). A SQL store is asked for a connection (ADK's own calls would log an error of
+        theirs first); any other store for a session that does not exist."""
+        from sqlalchemy.ext.asyncio import AsyncEngine  # (ADK's SQL store's, installed with ADK)
+
+        engine = getattr(self.store, "db_engine", None)
+        if isinstance(engine, AsyncEngine):
+            async with engine.connect():
+                return
+        await self.store.get_session(app_name=self.app_name, user_id="__startup__", session_id="__startup__")
 
     async def reset_session(self, user_id: str, chat_id: str, *, exists: bool | None = None) -> Session:
         """A new, empty session for the chat (the old one, if any, is deleted)."""
@@ -902,7 +933,7 @@ class AgentApps:
 
     def __init__(self, hosts: dict[str, AgentHost], default: str) -> None:
         if default not in hosts:
-            raise AgentLoadError(f"no app {default!r} among {', '.join(hosts)}")
+            raise AgentLoadError(f"no app {default!r} among {', '.join(hosts)}", setting="app")
         self.hosts = dict(hosts)
         self.default = default
 

@@ -11,6 +11,7 @@ import random
 import re
 import struct
 import zlib
+from collections.abc import Container
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
@@ -145,25 +146,31 @@ def _parse_tool_lines(text: str) -> tuple[tuple[ToolCall, ...], ...]:
     return tuple(steps)
 
 
-def _keyword_plan(text: str) -> Plan:
-    """The demo agent's keyword rules for free text."""
+def _keyword_plan(text: str, tools: Container[str] | None) -> Plan:
+    """The demo agent's keyword rules for free text, each only when the agent has its tool
+    (`tools`: the names of the agent's tools; None: all of them): another agent's "weather in
+    Paris" is echoed, not a call of a `get_weather` it does not have."""
+
+    def has(name: str) -> bool:
+        return tools is None or name in tools
+
     lowered = text.lower()
-    if "weather" in lowered:
+    if "weather" in lowered and has("get_weather"):
         match = re.search(r"\bin ([A-Za-z][\w .'-]*)", text)
         location = match.group(1).strip(" .?!") if match else "Tokyo"
         return Plan(steps=((ToolCall("get_weather", {"location": location}),),))
-    if "pay" in lowered:
+    if "pay" in lowered and has("process_payment"):
         amount_match = re.search(r"(\d+(?:\.\d+)?)", text)
         recipient_match = re.search(r"\bto ([A-Za-z][\w-]*)", text)
         amount = float(amount_match.group(1)) if amount_match else 10.0
         recipient = recipient_match.group(1) if recipient_match else "alice"
         args = {"amount": amount, "recipient": recipient}
         return Plan(steps=((ToolCall("process_payment", args),),))
-    if "music" in lowered or "bgm" in lowered:
+    if ("music" in lowered or "bgm" in lowered) and has("change_bgm"):
         track_match = re.search(r"(\d+)", text)
         track = int(track_match.group(1)) if track_match else 1
         return Plan(steps=((ToolCall("change_bgm", {"track": track}),),))
-    if "location" in lowered or "where am i" in lowered:
+    if ("location" in lowered or "where am i" in lowered) and has("get_location"):
         return Plan(steps=((ToolCall("get_location", {}),),))
     return Plan(deltas=words(f"You said: {text}"))
 
@@ -202,8 +209,9 @@ def parse_latency(text: str) -> tuple[Latency, str]:
         raise ScriptError(f"/latency: {exc}") from None
 
 
-def plan_for_text(text: str) -> Plan:
-    """Derives the model's behaviour from the last user message's text.
+def plan_for_text(text: str, tools: Container[str] | None = None) -> Plan:
+    """Derives the model's behaviour from the last user message's text; `tools`: the names of the
+    agent's tools, for the keyword rules (None: the demo agent's, all of them).
 
     Raises:
         ScriptError: the text is a command with malformed arguments.
@@ -212,7 +220,7 @@ def plan_for_text(text: str) -> Plan:
     command, _, rest = stripped.partition(" ")
     if command == "/latency":
         latency, message = parse_latency(rest)
-        return replace(plan_for_text(message), latency=latency)
+        return replace(plan_for_text(message, tools), latency=latency)
     if command == "/echo":
         return Plan(deltas=words(stripped[len("/echo ") :]) if rest else ())
     if command == "/stream":
@@ -233,7 +241,7 @@ def plan_for_text(text: str) -> Plan:
         return Plan(image=True, deltas=words("Here is an image."))
     if command == "/error":
         return Plan(error=rest or "scripted failure")
-    return _keyword_plan(stripped)
+    return _keyword_plan(stripped, tools)
 
 
 def tiny_png(width: int = 8, height: int = 8, rgb: tuple[int, int, int] = (220, 40, 40)) -> bytes:

@@ -130,7 +130,7 @@ class ScriptedLlm(BaseLlm):
     ) -> AsyncGenerator[LlmResponse, None]:
         text, turn = _split_turn(list(llm_request.contents or []))
         try:
-            plan = plan_for_text(text)
+            plan = plan_for_text(text, frozenset(llm_request.tools_dict))
         except ScriptError as exc:
             yield LlmResponse(error_code="SCRIPT_ERROR", error_message=str(exc), turn_complete=True)
             return

@@ -117,6 +117,8 @@ class ScriptedLiveConnection(BaseLlmConnection):
         self.output_transcription = config is None or config.output_audio_transcription is not None
         self.chunk_ms = chunk_ms if chunk_ms is not None else self.default_chunk_ms
         self.chunk_delay_s = chunk_delay_s if chunk_delay_s is not None else self.default_chunk_delay_s
+        # The agent's tools, for the keyword rules (None without a request: all of the demo's).
+        self.tools = frozenset(llm_request.tools_dict) if llm_request is not None else None
         self.history: list[types.Content] = []
         self._inbox: deque[_Answer] = deque()
         self._wake = asyncio.Event()
@@ -315,7 +317,7 @@ class ScriptedLiveConnection(BaseLlmConnection):
 
     def _answer_text(self, text: str) -> None:
         try:
-            plan = plan_for_text(text)
+            plan = plan_for_text(text, self.tools)
         except ScriptError as exc:
             self._enqueue(_Answer([(0.0, LlmResponse(error_code="SCRIPT_ERROR", error_message=str(exc),
                                                      turn_complete=True))]))

@@ -41,7 +41,7 @@ from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.adk.tools.tool_confirmation import ToolConfirmation
 
 from gateway.core.approval import ApprovalBook, Decision, LiveApproval, ToolPolicy, permanently_denied_text
-from gateway.core.kinds import ToolKind
+from gateway.core.kinds import ToolInfo, ToolKind
 
 __all__ = [
     "APPROVALS_STATE_KEY",
@@ -55,6 +55,7 @@ __all__ = [
     "LiveToolGate",
     "PermissionPlugin",
     "ToolTimedOut",
+    "tool_info",
     "tool_kind",
 ]
 
@@ -83,6 +84,15 @@ def tool_kind(tool: BaseTool | None) -> ToolKind:
     if tool is not None and tool.is_long_running:
         return ToolKind(long_running=True)
     return ToolKind()
+
+
+def tool_info(tool: BaseTool) -> ToolInfo:
+    """How `GET /api/apps` lists a tool."""
+    kind = tool_kind(tool)
+    description = (tool.description or "").strip().splitlines()
+    return ToolInfo(name=tool.name, description=description[0] if description else "",
+                    needs_approval=kind.needs_approval or _needs_confirmation(tool), browser=kind.browser,
+                    long_running=kind.long_running)
 
 
 def _needs_confirmation(tool: BaseTool) -> bool:

@@ -19,10 +19,10 @@ from pathlib import Path
 import structlog
 from aiohttp import WSCloseCode, web
 
-from agents.adk import AgentApps, AgentHost, AgentLoadError, load_agents, session_service_from_uri
+from agents.adk import AgentApps, AgentHost, load_agents, redact_uri, session_service_from_uri
 from agents.artifacts import ArtifactStoreError, artifact_service_from_uri
 from gateway.config import Settings, host_name, origin_key
-from gateway.core.errors import ServiceUnavailable, Unauthorized
+from gateway.core.errors import ServiceUnavailable, StartupError, Unauthorized
 from gateway.keys import (
     AUTH,
     DRAINING,
@@ -100,6 +100,10 @@ class Services:
         """The default app's host."""
         return self.apps.default_host
 
+    def listen(self) -> None:
+        """The stream store starts listening for stops other instances broadcast."""
+        self.streams.listen_for_stops(self.registry.stop_soon)
+
     def closing_steps(self) -> list[Step]:
         """How they are closed, in order: every run stopped, then the stores, then each app."""
         return [
@@ -125,7 +129,7 @@ def build_apps(settings: Settings) -> AgentApps:
         artifacts = artifact_service_from_uri(settings.artifact_store, max_bytes=settings.artifact_memory_max_bytes,
                                               agents_dir=loaded.folder)
     except ArtifactStoreError as exc:
-        raise AgentLoadError(f"--artifact-store / ADK_GATEWAY_ARTIFACT_STORE: {exc}") from None
+        raise StartupError(str(exc), setting="artifact_store") from None
     return AgentApps.build(loaded, store, max_llm_calls=settings.max_llm_calls, artifact_service=artifacts)
 
 
@@ -136,10 +140,11 @@ def signing_secret(settings: Settings) -> bytes:
 
 def build_services(
     settings: Settings, *, host: AgentHost | AgentApps | None = None, metrics: Metrics | None = None,
-    links: ArtifactLinks | None = None, sign_ins: SignIns | None = None,
+    links: ArtifactLinks | None = None, sign_ins: SignIns | None = None, listen: bool = True,
 ) -> Services:
     """The apps (the settings' agent unless a host or apps are given), the registry, the stream
-    store and the chat service, wired together."""
+    store and the chat service, wired together; `listen`: the stream store listens for other
+    instances' stops now (else the caller starts it, `Services.listen`)."""
     metrics = metrics or Metrics()
     if links is None or sign_ins is None:
         secret = signing_secret(settings)
@@ -156,17 +161,52 @@ def build_services(
                    store_timeout_s=settings.store_timeout_s, cancel_timeout_s=settings.cancel_timeout_s,
                    metrics=metrics, busy=lambda user, chat: registry.active_run((user, chat)) is not None)
     streams = _stream_store(settings)
-    streams.listen_for_stops(registry.stop_soon)
+    if listen:
+        streams.listen_for_stops(registry.stop_soon)
     chat = ChatService(apps, registry, streams, approval_timeout_s=settings.approval_timeout_s,
                        stream_max_bytes=settings.stream_buffer_bytes, max_json_depth=settings.max_json_depth,
                        metrics=metrics, extras=Extras(links, sign_ins), client_state_keys=settings.client_state_keys)
     return Services(settings=settings, metrics=metrics, apps=apps, registry=registry, streams=streams, chat=chat)
 
 
+async def _stores_answer(services: Services) -> None:
+    """The stores the settings name answer now, or the process does not start: one line naming the
+    setting beats a gateway that answers every chat with 503. (Once started, a store that stops
+    answering is a 503 `store_unavailable` per request, and `/readyz` says so.)"""
+    settings = services.settings
+    if not settings.session_store.startswith("memory://"):
+        try:
+            await asyncio.wait_for(services.host.store_answers(), timeout=settings.store_timeout_s)
+        except Exception as exc:
+            raise StartupError(f"{redact_uri(settings.session_store)} does not answer ({_why(exc)})",
+                               setting="session_store") from None
+    try:
+        answered = await asyncio.wait_for(services.streams.ping(), timeout=settings.store_timeout_s)
+    except TimeoutError:
+        answered = False
+    if not answered:
+        raise StartupError(f"{redact_uri(settings.stream_store)} does not answer", setting="stream_store")
+
+
+def _why(exc: BaseException) -> str:
+    """The first line of what a store's client said."""
+    if isinstance(exc, TimeoutError):
+        return "no answer in --store-timeout-s"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
+
+
 async def _agent_context(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     services = build_services(settings, host=app.get(HOST), metrics=app[METRICS], links=app[LINKS],
-                              sign_ins=app[SIGN_INS])
+                              sign_ins=app[SIGN_INS], listen=False)
+    if HOST not in app:  # (a host given to `make_app` is the caller's, with its own store)
+        try:
+            await _stores_answer(services)
+        except StartupError:
+            await run_steps(*services.closing_steps())
+            raise
+    services.listen()
     app[HOST] = services.host
     app[REGISTRY] = services.registry
     app[SERVICE] = services.chat
@@ -296,11 +336,15 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def apps(request: web.Request) -> web.Response:
     """The apps this gateway serves, in a stable order; `default` marks the one a request without
-    `app` gets."""
+    `app` gets; `tools` lists each app's tools (name, description, needsApproval, runsInBrowser,
+    longRunning), for a page's suggestions."""
     if SERVICE not in request.app:
         raise ServiceUnavailable("The gateway is starting; try again.")
     served = request.app[SERVICE].apps
-    return web.json_response({"apps": [{"name": name, "default": name == served.default} for name in served.names()]})
+    return web.json_response({"apps": [
+        {"name": name, "default": name == served.default, "tools": [tool.wire() for tool in served.host(name).tools()]}
+        for name in served.names()
+    ]})
 
 
 async def me(request: web.Request) -> web.Response:

@@ -96,6 +96,9 @@ def configure_logging(fmt: str = "auto", level: str = "info") -> None:
     root.setLevel(max(log_level, logging.WARNING))
     for noisy in ("google_adk", "google.adk", "google_genai"):
         logging.getLogger(noisy).setLevel(max(log_level, logging.WARNING))
+    # Python warnings (ADK's `[EXPERIMENTAL]` notices, deprecations) as log lines too, not bare
+    # text on stderr (logger `py.warnings`).
+    logging.captureWarnings(True)
     # ADK warns on every partial event that carries no usage metadata, which is all of them.
     logging.getLogger("google_adk.google.adk.telemetry").setLevel(logging.ERROR)
 

@@ -24,6 +24,11 @@
         ├── TooManySockets            429     too_many_sockets
         └── Overloaded                503     overloaded        (close 1013)
 
+Beside the tree, `StartupError`: something a setting names keeps the process from starting (an
+agent that does not import, a store that does not parse or answer, a port in use). It reaches no
+client: `python -m gateway` prints it as one line naming the setting's flag and variable and exits
+with status 2.
+
 `LimitReached` is a cap answered before anything streams (gateway/services/registry.py). Its `reason`
 names the cap (the Prometheus label of `adk_gateway_rejections_total`), and `retry_after_s` goes
 out as `Retry-After` on HTTP.
@@ -53,6 +58,7 @@ __all__ = [
     "PayloadTooLarge",
     "ServiceUnavailable",
     "SlowReader",
+    "StartupError",
     "StoreUnavailable",
     "TooManyRuns",
     "TooManySockets",
@@ -286,3 +292,12 @@ class Overloaded(LimitReached):
     close_code = CloseCode.TRY_AGAIN_LATER
     default_message = "The gateway is busy; try again in a moment."
     default_reason = "runs"
+
+
+class StartupError(Exception):
+    """Something `setting` (a field of `gateway.config.Settings`) names keeps the gateway from
+    starting; the message says what and, where it helps, how to fix it."""
+
+    def __init__(self, message: str, *, setting: str) -> None:
+        super().__init__(message)
+        self.setting = setting

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["CONFIRMATION_TOOL", "CREDENTIAL_TOOL", "PLACEHOLDER_ERROR", "ToolKind"]
+__all__ = ["CONFIRMATION_TOOL", "CREDENTIAL_TOOL", "PLACEHOLDER_ERROR", "ToolInfo", "ToolKind"]
 
 # The function ADK calls to ask for a confirmation (its call carries `originalFunctionCall`).
 CONFIRMATION_TOOL: Final = "adk_request_confirmation"
@@ -31,3 +31,18 @@ class ToolKind:
     long_running: bool = False
     # Only browser tools are asked about by the gateway; server tools ask through ADK.
     needs_approval: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInfo:
+    """A tool as `GET /api/apps` lists it: what a page builds its suggestions from."""
+
+    name: str
+    description: str  # the first line of the tool's description ("" when it has none)
+    needs_approval: bool  # the user is asked before it runs (ADK's confirmation or a browser tool's)
+    browser: bool  # it runs in the browser
+    long_running: bool  # its result comes later, from the client
+
+    def wire(self) -> dict[str, object]:
+        return {"name": self.name, "description": self.description, "needsApproval": self.needs_approval,
+                "runsInBrowser": self.browser, "longRunning": self.long_running}

@@ -65,12 +65,18 @@ examples:
 """
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The description and epilog as written; every option's default shown."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="adk-gateway loadtest", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=_HelpFormatter)
     target = parser.add_argument_group("target")
-    target.add_argument("--url", default="http://127.0.0.1:8080", help="Base URL of the server.")
-    target.add_argument("--transport", choices=("sse", "ws", "adk"), default="sse")
+    target.add_argument("--url", default="http://127.0.0.1:8080",
+                        help="Base URL of the server (the gateway's --host and --port).")
+    target.add_argument("--transport", choices=("sse", "ws", "adk"), default="sse",
+                        help="The gateway's SSE endpoint, its WebSocket, or ADK's api_server.")
     target.add_argument("--allow-remote", action="store_true", help="Allow a target that is not loopback.")
     target.add_argument("--token", default=None,
                         help="Access token (a JWT or an API key) for a gateway with --auth jwt or api-keys: "
@@ -81,8 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     target.add_argument("--header", action="append", default=[], metavar="NAME:VALUE",
                         help="Extra request header (SSE) or frame header (ws); repeatable.")
     target.add_argument("--adk-app", default="", help="App name for --transport adk.")
-    target.add_argument("--sse-path", default=SSE_PATH)
-    target.add_argument("--ws-path", default=WS_PATH)
+    target.add_argument("--sse-path", default=SSE_PATH, help="Path of the SSE chat endpoint.")
+    target.add_argument("--ws-path", default=WS_PATH, help="Path of the WebSocket endpoint.")
 
     load = parser.add_argument_group("load")
     load.add_argument("--scenario", choices=SCENARIOS, default="echo", help="What each request does (see below).")

@@ -58,7 +58,7 @@ import jwt.warnings
 import structlog
 
 from gateway.config import MIN_HS256_SECRET_BYTES, is_loopback
-from gateway.core.errors import Unauthorized
+from gateway.core.errors import StartupError, Unauthorized
 
 if TYPE_CHECKING:
     from gateway.config import Settings
@@ -437,8 +437,11 @@ class JwtAuth(Authenticator):
             await self.jwks.aclose()
 
 
-class ApiKeyFileError(ValueError):
+class ApiKeyFileError(StartupError):
     """The API keys file cannot be read or has a bad line (the message never shows a key)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, setting="auth_api_keys_file")
 
 
 def _digest(value: str) -> bytes:

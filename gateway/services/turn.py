@@ -175,9 +175,9 @@ class ChatTurn:
             self.run.log.close()
             # One line per run: who, which chat, how it ended, how long it took and the tokens it
             # used (never the prompt).
-            log.info("run_finished", user_id=ctx.user_id, chat_id=chat_id, outcome=self.outcome,
-                     duration_ms=round((time.monotonic() - started) * 1000, 1), detached=self.run.detached,
-                     usage=converter.usage)
+            log.info("run_finished", user_id=ctx.user_id, chat_id=chat_id, app=host.app_name,
+                     outcome=self.outcome, duration_ms=round((time.monotonic() - started) * 1000, 1),
+                     detached=self.run.detached, usage=converter.usage)
 
     async def _run_agent(self, new_message: Any) -> None:
         # ADK hands over the events a model yields without waiting in between: a model that does

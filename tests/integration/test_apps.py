@@ -128,10 +128,12 @@ async def test_api_apps_lists_every_app_with_the_default(gateway: StartGateway, 
     client = await start(gateway, agents_folder)
     async with client.get("/api/apps") as response:
         assert response.status == 200
+        whoami = [{"name": "whoami", "description": "Says which app answers.", "needsApproval": False,
+                   "runsInBrowser": False, "longRunning": False}]
         assert await response.json() == {"apps": [
-            {"name": "billing_apps_test", "default": True},  # no --app: the first
-            {"name": "notes_apps_test", "default": False},
-            {"name": "weather_apps_test", "default": False},
+            {"name": "billing_apps_test", "default": True, "tools": whoami},  # no --app: the first
+            {"name": "notes_apps_test", "default": False, "tools": whoami},  # (a YAML agent's tool too)
+            {"name": "weather_apps_test", "default": False, "tools": whoami},
         ]}
 
     chosen = await start(gateway, agents_folder, app="weather_apps_test")
@@ -233,3 +235,23 @@ async def receive(ws: aiohttp.ClientWebSocketResponse) -> Json:
     assert message.type is WSMsgType.TEXT, message
     frame: Json = json.loads(message.data)
     return frame
+
+
+async def test_the_demo_agents_tools_are_listed_with_how_they_run(gateway: StartGateway) -> None:
+    client = await gateway(settings())
+    async with client.get("/api/apps") as response:
+        [demo] = (await response.json())["apps"]
+    tools = {tool["name"]: tool for tool in demo["tools"]}
+    assert {"get_weather", "process_payment", "change_bgm", "get_location"} <= set(tools)
+    assert tools["get_weather"]["needsApproval"] is False and tools["get_weather"]["runsInBrowser"] is False
+    assert tools["process_payment"]["needsApproval"] is True
+    assert tools["change_bgm"]["runsInBrowser"] is True
+    assert all(tool["description"] for tool in tools.values())
+
+
+async def test_the_offline_model_calls_only_the_tools_the_app_has(gateway: StartGateway, agents_folder: Path) -> None:
+    """The demo's keyword rule for "weather" does not fire for an app without `get_weather`."""
+    client = await start(gateway, agents_folder, app="weather_apps_test")
+    reply = await post_chat(client, chat_body(new_id("kw"), [user_message("What is the weather in Paris?")]))
+    assert reply.status == 200 and not reply.of_type("tool-input-available")
+    assert reply.text == "You said: What is the weather in Paris?"

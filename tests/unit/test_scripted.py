@@ -229,3 +229,16 @@ def test_tiny_png_is_a_valid_png() -> None:
     crc = struct.unpack(">I", data[16 + length : 20 + length])[0]
     assert crc == zlib.crc32(data[12 : 16 + length]) & 0xFFFFFFFF
     assert data.endswith(b"IEND\xaeB`\x82")
+
+
+def test_keyword_rules_fire_only_for_tools_the_agent_has() -> None:
+    """The offline model answers the agent it serves: another agent's "weather in Paris" is
+    echoed, not a call of a `get_weather` it does not have; `/tool` calls whatever it is told."""
+    assert plan_for_text("What's the weather in Paris?", tools={"lookup_order"}) == Plan(
+        deltas=("You ", "said: ", "What's ", "the ", "weather ", "in ", "Paris?"))
+    weather = plan_for_text("What's the weather in Paris?", tools={"get_weather"})
+    assert weather.steps == ((ToolCall("get_weather", {"location": "Paris"}),),)
+    assert plan_for_text("pay 5 to bob", tools=set()).steps == ()
+    assert plan_for_text("/tool lookup_order {\"id\": 7}", tools={"lookup_order"}).steps == (
+        (ToolCall("lookup_order", {"id": 7}),),)
+    assert plan_for_text("What's the weather in Paris?").steps  # no tool list: the demo's rules
