@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +29,7 @@ def restore_logging() -> Iterator[None]:
     structlog.configure(**saved)
     root.handlers[:] = handlers
     root.setLevel(level)
+    logging.captureWarnings(False)
 
 
 def test_standard_library_records_are_json(capfd: pytest.CaptureFixture[str], restore_logging: None) -> None:
@@ -97,3 +99,14 @@ def test_every_line_of_a_served_request_is_json_with_an_access_line(tmp_path: Pa
     # The scripted model counts words: the prompt's and the answer's.
     assert finished[0]["usage"]["outputTokens"] == 1
     assert finished[0]["usage"]["totalTokens"] > finished[0]["usage"]["outputTokens"]
+
+
+def test_python_warnings_are_json(capfd: pytest.CaptureFixture[str], restore_logging: None) -> None:
+    """A library's `warnings.warn` (ADK's `[EXPERIMENTAL]` notices) is a JSON line like the rest."""
+    with warnings.catch_warnings():  # (outside the test runner's own recording of warnings)
+        warnings.simplefilter("default")
+        configure_logging("json", "info")
+        warnings.warn_explicit("[EXPERIMENTAL] something new", UserWarning, "somewhere.py", 1)
+    [line] = [json.loads(text) for text in capfd.readouterr().err.splitlines()]
+    assert line["logger"] == "py.warnings" and line["level"] == "warning"
+    assert "[EXPERIMENTAL] something new" in line["event"]
