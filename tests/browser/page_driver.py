@@ -1,4 +1,4 @@
-"""Runs a page script of tests/browser (chat_page.mjs, auth_page.mjs) in Debian's headless Chromium.
+"""Runs a page script of tests/browser (chat_page.mjs, voice_page.mjs, ...) in Debian's headless Chromium.
 
 The scripts drive the chat page with playwright-core (no browser download) and print one JSON
 result line; `run_page_script` runs one with its config and returns that result. Screenshots go

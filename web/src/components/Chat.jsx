@@ -241,7 +241,14 @@ export function Chat({
           />
         ))}
         {live.messages.map(message => (
-          <Message key={message.id} message={message} onAnswer={live.answerApproval} answers={live.answers} live />
+          <Message
+            key={message.id}
+            message={message}
+            onAnswer={live.answerApproval}
+            answers={live.answers}
+            interrupted={live.interrupted[message.id]}
+            live
+          />
         ))}
       </section>
 

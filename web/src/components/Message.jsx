@@ -14,9 +14,11 @@ const SHOWN_ELSEWHERE = new Set(['source-url', 'source-document', 'data-search-s
  * One message and its parts. `onAnswer(approvalId, approved, reason)` answers approvals;
  * `answers` holds answers sent but not yet shown by the part (live sessions); `onToolOutput`
  * (`addToolOutput`, given to the chat's last message) answers long-running calls and sign-ins.
+ * `interrupted` (live): 'cut' when the page stopped playing this answer (the user spoke over it,
+ * pressed Interrupt, typed), 'ended' when the gateway ended the turn `interrupted`.
  * Memoized: while an answer streams, only its message renders again.
  */
-export const Message = memo(function Message({ message, onAnswer, onToolOutput, answers, live = false }) {
+export const Message = memo(function Message({ message, onAnswer, onToolOutput, answers, live = false, interrupted }) {
   const streaming = message.parts.some(part => part.state === 'streaming');
   const who = message.role === 'user' ? 'You' : live ? 'Assistant (voice)' : 'Assistant';
   const grounding = groundingOf(message);
@@ -28,6 +30,7 @@ export const Message = memo(function Message({ message, onAnswer, onToolOutput, 
       data-testid="message"
       data-role={message.role}
       data-live={live || undefined}
+      data-interrupted={interrupted}
       aria-label={who}
       aria-busy={streaming || undefined}
     >
@@ -100,6 +103,11 @@ export const Message = memo(function Message({ message, onAnswer, onToolOutput, 
         }
         return null;
       })}
+      {interrupted && (
+        <p className="interrupted" data-testid="answer-interrupted">
+          {interrupted === 'cut' ? 'Interrupted: the rest of this answer was not played.' : 'Interrupted.'}
+        </p>
+      )}
       {(grounding.sources.length > 0 || grounding.suggestions.length > 0) && (
         <Sources id={message.id} {...grounding} />
       )}

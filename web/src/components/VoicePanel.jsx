@@ -38,7 +38,10 @@ function Meters({ meters }) {
   );
 }
 
-/** Hold to talk, with the pointer or with Space / Enter when it has the focus. */
+/**
+ * Hold to talk, with the pointer or with Space / Enter when it has the focus. Enabled once the
+ * microphone delivers audio: what is said from then on reaches the gateway.
+ */
 function TalkButton({ live }) {
   const hold = event => {
     if (event.type === 'keydown' && (event.repeat || (event.key !== ' ' && event.key !== 'Enter'))) return;
@@ -55,6 +58,7 @@ function TalkButton({ live }) {
       className={live.talking ? 'talk talking' : 'talk'}
       data-testid="talk"
       aria-pressed={live.talking}
+      disabled={!(live.active && live.mic === 'on')}
       onPointerDown={hold}
       onPointerUp={release}
       onPointerCancel={release}
@@ -102,11 +106,13 @@ export function VoicePanel({ live }) {
         </div>
       )}
       {live.status !== 'off' && <Meters meters={live.meters} />}
-      <p className="muted" role="status" data-testid="voice-status">
-        {STATUS_TEXT[live.status]}
+      <p className="muted" role="status" data-testid="voice-status" data-mic={live.mic}>
+        {live.status === 'connecting' && live.mic === 'opening' ? 'Opening the microphone…' : STATUS_TEXT[live.status]}
         {live.status === 'off' && ': talk to the agent (WebSocket live mode).'}
-        {live.active && live.talking && ': listening… release to send.'}
-        {live.active && !live.talking && (live.handsFree ? ': speak any time.' : ': hold the button (or Space) while you speak.')}
+        {live.active && live.mic !== 'on' && ' without the microphone: type to the conversation.'}
+        {live.active && live.mic === 'on' && live.talking && ': listening… release to send.'}
+        {live.active && live.mic === 'on' && !live.talking &&
+          (live.handsFree ? ': speak any time (speaking over the answer stops it).' : ': hold the button (or Space) while you speak.')}
       </p>
       {live.error && (
         <p className="problem" role="alert" data-testid="voice-error">

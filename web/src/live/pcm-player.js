@@ -12,8 +12,11 @@ export class PcmPlayer {
     this.cursor = 0; // when the last scheduled buffer ends, in AudioContext time
   }
 
-  /** `data` of a `data-pcm` chunk: {content, sampleRate, channels: 1, bitDepth: 16}. */
-  play({ content, sampleRate }) {
+  /**
+   * `data` of a `data-pcm` chunk: {content, sampleRate, channels: 1, bitDepth: 16}; `messageId`,
+   * the UI message (turn) it belongs to, is told back by `stop()`.
+   */
+  play({ content, sampleRate }, messageId) {
     const { context, output } = this.audio;
     const bytes = Uint8Array.from(atob(content), c => c.charCodeAt(0));
     const pcm = new Int16Array(bytes.buffer, 0, bytes.length >> 1);
@@ -28,6 +31,7 @@ export class PcmPlayer {
     const at = Math.max(this.cursor, context.currentTime + 0.05);
     source.start(at);
     this.cursor = at + buffer.duration;
+    source.messageId = messageId;
     this.sources.add(source);
     source.onended = () => {
       this.sources.delete(source);
@@ -35,19 +39,30 @@ export class PcmPlayer {
     };
   }
 
+  /** True while audio plays or is scheduled to. */
+  get playing() {
+    return this.sources.size > 0;
+  }
+
   /** Seconds of audio scheduled but not yet played. */
   get queued() {
     return this.sources.size === 0 ? 0 : Math.max(0, this.cursor - this.audio.context.currentTime);
   }
 
-  /** Barge-in: every scheduled buffer stops now. */
+  /**
+   * Barge-in: every scheduled buffer stops now. Returns the ids of the messages whose audio was
+   * cut (still playing or yet to play).
+   */
   stop() {
+    const cut = new Set();
     for (const source of this.sources) {
+      if (source.messageId != null) cut.add(source.messageId);
       source.onended = null;
       source.stop();
       source.disconnect();
     }
     this.sources.clear();
     this.cursor = 0;
+    return cut;
   }
 }
