@@ -2,6 +2,10 @@
 
 Precedence: flag > environment > default. Values are validated at start; a wrong value stops the
 process with one clear line naming the setting.
+
+The flags and variables are read here (argparse, then one loop), not with pydantic-settings: its
+command line words `--help` its own way (`--port int ... (default: 8080)`), its booleans refuse an
+empty or padded variable, and a `BaseSettings` reads the environment whenever one is built.
 """
 
 from __future__ import annotations
@@ -296,14 +300,14 @@ class Settings(BaseModel):
     )
     allowed_origins: str = Field(
         default="",
-        description="Comma-separated Origins (scheme://host[:port]) allowed to open the WebSocket besides the "
-        "gateway's own and --cors-origins. '*' allows any (not recommended; not with --auth none).",
+        description="Comma-separated Origins (scheme://host[:port]) of chat apps on other origins: each may call "
+        "the HTTP API (CORS; a POST from any other foreign Origin gets 403) and open the WebSocket; empty: none "
+        "(same-origin pages need none). '*' allows any origin, without credentials (not recommended; not with "
+        "--auth none).",
     )
     cors_origins: str = Field(
         default="",
-        description="Comma-separated Origins of chat apps on other origins allowed to call the HTTP API "
-        "(CORS); empty: none (same-origin pages need none). '*' allows any origin without credentials (not with "
-        "--auth none).",
+        description="The older name of --allowed-origins: its Origins are added to that list.",
     )
     vad_silence_ms: int = Field(
         default=700, ge=100, le=10_000, description="Hands-free live mode: silence that ends an utterance."
@@ -414,8 +418,8 @@ class Settings(BaseModel):
             problem = jwks_url_problem(self.auth_jwks_url, allow_insecure=self.allow_insecure_jwks)
             if problem is not None:
                 raise ValueError(f"--auth-jwks-url / ADK_GATEWAY_AUTH_JWKS_URL: {problem}")
-        for name, listed in (("allowed_hosts", self.allowed_hosts), ("cors_origins", self.cors_origins),
-                             ("allowed_origins", self.allowed_origins)):
+        for name, listed in (("allowed_hosts", self.allowed_hosts), ("allowed_origins", self.allowed_origins),
+                             ("cors_origins", self.cors_origins)):
             if self.auth == "none" and "*" in _items(listed):
                 raise ValueError(
                     f"{_flag(name)} / {ENV_PREFIX}{name.upper()}: '*' with --auth none would let every web site act "
@@ -446,28 +450,35 @@ class Settings(BaseModel):
         """--allowed-hosts '*': the Host is not checked."""
         return "*" in _items(self.allowed_hosts)
 
-    @cached_property
-    def cors_keys(self) -> frozenset[str]:
-        """--cors-origins, each as `origin_key` compares it."""
-        return frozenset(origin_key(origin) for origin in self.cors)
+    @property
+    def origins(self) -> frozenset[str]:
+        """The origins allowed besides the gateway's own, for the HTTP API (CORS) and the WebSocket
+        alike: --allowed-origins and its older name --cors-origins, as listed (`'*'`: any)."""
+        listed = f"{self.allowed_origins},{self.cors_origins}"
+        return frozenset(o.strip().rstrip("/") for o in listed.split(",") if o.strip())
 
     @cached_property
-    def socket_origin_keys(self) -> frozenset[str]:
-        """The origins that may open the WebSocket besides the gateway's own: --allowed-origins and
-        --cors-origins, each as `origin_key` compares it."""
-        return frozenset(origin_key(origin) for origin in self.origins | self.cors)
+    def origin_keys(self) -> frozenset[str]:
+        """`origins`, each as `origin_key` compares it."""
+        return frozenset(origin_key(origin) for origin in self.origins)
 
+    # The same list under the names the HTTP door (CORS, the POST origin check) and the WebSocket's
+    # handshake read.
     @property
     def cors(self) -> frozenset[str]:
-        return frozenset(o.strip().rstrip("/") for o in self.cors_origins.split(",") if o.strip())
+        return self.origins
+
+    @property
+    def cors_keys(self) -> frozenset[str]:
+        return self.origin_keys
+
+    @property
+    def socket_origin_keys(self) -> frozenset[str]:
+        return self.origin_keys
 
     @property
     def client_state_keys(self) -> frozenset[str]:
         return frozenset(key.strip() for key in self.client_state.split(",") if key.strip())
-
-    @property
-    def origins(self) -> frozenset[str]:
-        return frozenset(o.strip().rstrip("/") for o in self.allowed_origins.split(",") if o.strip())
 
     def effective_model(self, env: Mapping[str, str] | None = None) -> str:
         """--model, else Gemini when google-genai has credentials to reach it (an API key, or Vertex

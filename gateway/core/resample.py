@@ -41,7 +41,9 @@ _ZERO_CROSSINGS: Final = 24
 _ROLLOFF: Final = 0.9
 _KAISER_BETA: Final = 9.0
 _MAX_TABLE_ENTRIES: Final = 1 << 20  # precompute per-phase weights up to 8 MiB
-_BLOCK_OUTPUTS: Final = 4096  # outputs computed per vectorised block
+# Outputs computed per vectorised block. Each block gathers a (block x taps) matrix of samples and
+# one of weights; at 512 they stay small enough to be cheap to allocate and to stay in cache.
+_BLOCK_OUTPUTS: Final = 512
 
 
 # --------------------------------------------------------------------------- resampling

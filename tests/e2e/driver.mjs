@@ -13,7 +13,8 @@ import { Recorder } from './recorder.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const WEB_SRC = path.resolve(HERE, '../../web/src');
-const DEFAULT_WS6_MODULE = path.join(WEB_SRC, 'ws-transport.js');
+const WS6_DIR = path.resolve(HERE, '../../web/ws-transport');
+const DEFAULT_WS6_MODULE = path.join(WS6_DIR, 'ws-transport.js');
 const PAGE_PREDICATE_MODULE = path.join(WEB_SRC, 'predicates.js');
 
 const KINDS = {
@@ -563,17 +564,17 @@ async function readScenario() {
 }
 
 /**
- * Makes bare imports in web/src (the chat page's modules) resolve from here, with
- * `ai` meaning the client package under test (ai6 or ai7): one copy of the SDK per
- * run, and no need for web/node_modules.
+ * Makes bare imports in web/src (the chat page's modules) and web/ws-transport (the ai 6
+ * port) resolve from here, with `ai` meaning the client package under test (ai6 or ai7):
+ * one copy of the SDK per run, and no need for web/node_modules.
  */
 function redirectWebImports(pkg) {
   const hooks = `
-    const webSrc = ${JSON.stringify(pathToFileURL(WEB_SRC).href + '/')};
+    const dirs = ${JSON.stringify([WEB_SRC, WS6_DIR].map(dir => pathToFileURL(dir).href + '/'))};
     const here = ${JSON.stringify(import.meta.url)};
     export async function resolve(specifier, context, next) {
       const bare = !specifier.startsWith('.') && !specifier.startsWith('/') && !specifier.includes(':');
-      if (bare && context.parentURL?.startsWith(webSrc)) {
+      if (bare && dirs.some(dir => context.parentURL?.startsWith(dir))) {
         const target = specifier === 'ai' ? ${JSON.stringify(pkg)} : specifier;
         return next(target, { ...context, parentURL: here });
       }

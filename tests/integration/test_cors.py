@@ -1,10 +1,12 @@
-"""CORS for chat apps served from another origin (`--cors-origins`)."""
+"""CORS for chat apps served from another origin (`--allowed-origins`, or its older name `--cors-origins`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import jwt
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import make_app
@@ -91,3 +93,25 @@ async def test_wildcard(aiohttp_client: Any) -> None:
     response = await client.post("/api/chat", json=BODY, headers={"Origin": APP, "Authorization": f"Bearer {token}"})
     assert response.headers["Access-Control-Allow-Origin"] == "*"
     assert "Access-Control-Allow-Credentials" not in response.headers
+
+
+@pytest.mark.parametrize("setting", ["allowed_origins", "cors_origins"])
+async def test_one_setting_lets_a_page_use_http_and_the_websocket(aiohttp_client: Any, setting: str) -> None:
+    # One list for both: either name alone gives the page CORS and the socket.
+    client = await client_for(aiohttp_client, **{setting: APP})
+    preflight = await client.options("/api/chat", headers=PREFLIGHT)
+    assert preflight.status == 204 and preflight.headers["Access-Control-Allow-Origin"] == APP
+    response = await client.post("/api/chat", json=BODY, headers={"Origin": APP})
+    assert response.status == 200 and response.headers["Access-Control-Allow-Origin"] == APP
+    assert "data: [DONE]" in await response.text()
+    async with client.ws_connect("/api/chat/ws", headers={"Origin": APP}) as ws:
+        await ws.send_json({"type": "send", "requestId": "r1", "id": "cors-ws", "trigger": "submit-message",
+                            "messages": BODY["messages"], "headers": {}, "body": {}})
+        frames = [await ws.receive_json(timeout=5)]
+        while frames[-1]["type"] not in ("end", "error"):
+            frames.append(await ws.receive_json(timeout=5))
+    assert frames[-1] == {"type": "end", "requestId": "r1"}
+    assert "".join(f["chunk"].get("delta", "") for f in frames if f["type"] == "chunk") == "hi"
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await client.ws_connect("/api/chat/ws", headers={"Origin": "https://evil.example"})
+    assert refused.value.status == 403

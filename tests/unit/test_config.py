@@ -137,6 +137,47 @@ def test_effective_model_and_origins() -> None:
         "https://a.example", "https://b.example"}
 
 
+@pytest.mark.parametrize(("argv", "env"), [
+    (["--allowed-origins", "http://localhost:3000/"], {}),
+    (["--cors-origins", "http://localhost:3000/"], {}),
+    ([], {"ADK_GATEWAY_ALLOWED_ORIGINS": "http://localhost:3000/"}),
+    ([], {"ADK_GATEWAY_CORS_ORIGINS": "http://localhost:3000/"}),
+])
+def test_one_origin_list_for_http_and_the_websocket(argv: list[str], env: dict[str, str]) -> None:
+    # --allowed-origins, or its older name --cors-origins: the same list for CORS and the socket.
+    s = load_settings(argv, env=env)
+    assert s.origins == s.cors == {"http://localhost:3000"}
+    assert s.origin_keys == s.cors_keys == s.socket_origin_keys == {"http://localhost:3000"}
+
+
+def test_the_older_origin_name_adds_to_the_list() -> None:
+    s = load_settings(["--cors-origins", "https://b.example"], env={"ADK_GATEWAY_ALLOWED_ORIGINS": "https://a.example"})
+    assert s.origins == s.cors == {"https://a.example", "https://b.example"}
+    assert s.socket_origin_keys == s.cors_keys == {"https://a.example", "https://b.example"}
+    # Each name keeps its own precedence: a flag beats its variable.
+    s = load_settings(["--allowed-origins", "https://c.example"], env={"ADK_GATEWAY_ALLOWED_ORIGINS": "https://a.example"})
+    assert s.origins == {"https://c.example"}
+    assert Settings().origins == Settings().origin_keys == frozenset()
+
+
+@pytest.mark.parametrize(("argv", "env", "named"), [
+    (["--allowed-origins", "*"], {}, "--allowed-origins / ADK_GATEWAY_ALLOWED_ORIGINS"),
+    (["--cors-origins", "*"], {}, "--cors-origins / ADK_GATEWAY_CORS_ORIGINS"),
+    ([], {"ADK_GATEWAY_CORS_ORIGINS": "https://a.example, *"}, "--cors-origins / ADK_GATEWAY_CORS_ORIGINS"),
+])
+def test_a_star_origin_with_auth_none_names_the_setting_used(argv: list[str], env: dict[str, str],
+                                                             named: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        load_settings(argv, env=env)
+    assert named in str(info.value) and "--auth none" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_help_names_the_older_origin_flag_as_an_alias() -> None:
+    text = " ".join(build_parser().format_help().split())
+    assert "--cors-origins CORS_ORIGINS The older name of --allowed-origins" in text
+    assert "HTTP API (CORS" in text and "open the WebSocket" in text
+
+
 def test_main_exits_2_with_one_line_for_a_bad_port() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     proc = subprocess.run(

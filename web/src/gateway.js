@@ -5,7 +5,7 @@
  *
  *   <meta name="adk-gateway-url" content="https://chat-gateway.example.com" />
  *
- * and the gateway then needs that page's origin in `--cors-origins`. The URL comes from the page
+ * and the gateway then needs that page's origin in `--allowed-origins`. The URL comes from the page
  * itself, never from the address bar, so a link cannot send the page's token elsewhere.
  */
 function gatewayBase() {

@@ -1,18 +1,22 @@
 /**
- * Unit tests of src/ws-transport.js against a throwaway `ws` server on
+ * Unit tests of ws-transport.js against a throwaway `ws` server on
  * 127.0.0.1 that scripts the frames of ai 7's WebSocketChatTransport protocol
  * (start, chunk{sequence}, end, error, no-active), plus a headless ai 6
- * AbstractChat round trip over it. Run: `npm test` (node --test, with test/ai6-hooks.mjs: `ai` is
- * ai 6 here, the version the port is for).
+ * AbstractChat round trip over it. Run: `npm test` in web/ (node --test, with
+ * test/ai6-hooks.mjs: `ai` is ai 6 here, the version the port is for).
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import * as ai from 'ai';
 import { WebSocket, WebSocketServer } from 'ws';
-import { sendAutomaticallyWhen } from '../src/predicates.js';
-import { WebSocketChatTransport } from '../src/ws-transport.js';
+import { WebSocketChatTransport } from './ws-transport.js';
 
 const { AbstractChat } = ai;
+
+/** The two SDK predicates combined, as an ai 6 page with browser tools and approvals uses them. */
+const sendAutomaticallyWhen = options =>
+  ai.lastAssistantMessageIsCompleteWithApprovalResponses(options) ||
+  ai.lastAssistantMessageIsCompleteWithToolCalls(options);
 
 test('the port is tested against ai 6 (which has no WebSocketChatTransport of its own)', () => {
   assert.equal(typeof ai.AbstractChat, 'function');
