@@ -5,21 +5,22 @@ How it works
 ------------
 The chat service appends chunks to a stream log; `deliver()` follows that log (a
 `streams.Follower`) and hands its chunks to a transport — the bytes serialised when the chunk was
-logged, adapted only where an `ai` 6 client needs it — with keep-alives while the log is idle. It
-is one loop in one task: take a chunk, write it, take the next. A chunk leaves the log only when
-the previous write returned, so nothing queues between the log and aiohttp's own flow control.
+logged, adapted only where an `ai` 6 client needs it (`adapt_entry`, called from `deliver` only) —
+with keep-alives while the log is idle. It is one loop in one task: take a chunk, write it, take
+the next. A chunk leaves the log only when the previous write returned, so nothing queues
+between the log and aiohttp's own flow control.
 
 Writes are coalesced: an SSE response's headers and its `: stream-open` comment go out with the
 chunks already waiting when it opens (`Transport.open` may hold its first bytes back until the
 first write, and `deliver` flushes them before it waits). When several chunks are already waiting
 (a fast model, or a reader catching up after the socket was busy), they go out together
-(`Transport.send_entries`), up to `MAX_BATCH_BYTES` of chunk JSON. SSE writes their events in one
+(`Transport.send`), up to `MAX_BATCH_BYTES` of chunk JSON. SSE writes their events in one
 `write`; a WebSocket sends one frame per chunk, back to back under one hold of the socket
 (aiohttp's `send_frame` only waits for a drain once its writer has buffered 64 KiB, so consecutive
 frames are not drained one by one). The chunks after the first are taken from the log lazily, as
 the transport writes them: until the write that carries them they stay in the log, counted in the
 follower's backlog. When the log has ended and a batch takes the rest of it, the transport ends
-the response with it (`finish`).
+the response with it (`Transport.close` with its last chunks).
 
 Slow readers
 ------------
@@ -48,8 +49,8 @@ and logged once, with the user, the chat and the bytes pending. Then:
    would fail. Instead a timer aborts the socket `CUT_TIMEOUT_S` after the cut unless it has
    closed and flushed by then; the abort releases any blocked write (and with
    `handler_cancellation` cancels the handler).
-3. Meanwhile the transport ends as well as it can (`Transport.abort`): SSE writes an `error`
-   chunk and `[DONE]` and closes the connection; a WebSocket closes with 4008 "slow".
+3. Meanwhile the transport ends as well as it can (`Transport.close` with the cut): SSE writes an
+   `error` chunk and `[DONE]` and closes the connection; a WebSocket closes with 4008 "slow".
 4. The connection's runs are stopped at the cut (`stop_runs`) unless they detach, and leaving
    the connection waits for them; detached followers let the log drop what they held.
 """
@@ -59,9 +60,8 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-import json
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Final
 
 import structlog
 
@@ -112,11 +112,17 @@ def adapt_entry(entry: LogEntry, major: int) -> bytes | None:
 
 
 class Transport(abc.ABC):
-    """Carries one response to one client."""
+    """Carries one response to one client. `deliver()` hands it every chunk, already adapted to
+    the client's `ai` version (`major`): a transport only writes.
+
+    Chunks come as `LogEntry`s: `data` is the chunk's JSON as the client gets it. A transport
+    whose frames carry a number (the WebSocket's `sequence`) keeps its own count: what it numbers
+    is what it sent, not the log's positions (a chunk an `ai` 6 client does not get leaves no gap).
+    """
 
     __slots__ = ()
 
-    major: int = 6
+    major: int = 6  # the client's `ai` major version, which `deliver()` adapts the chunks to
 
     @abc.abstractmethod
     async def open(self) -> None:
@@ -130,51 +136,22 @@ class Transport(abc.ABC):
         return None
 
     @abc.abstractmethod
-    async def send(self, chunk: dict[str, Any]) -> None:
-        """Sends one chunk (already adapted to the client's version). A transport whose frames
-        carry a number (the WebSocket's `sequence`) keeps its own count: what it numbers is what
-        it sent, not the log's positions (a chunk an `ai` 6 client does not get leaves no gap)."""
-
-    async def send_encoded(self, chunk: bytes) -> None:
-        """Sends one chunk given as its JSON (`encoding.chunk_json`); transports that can write
-        those bytes as they are override this."""
-        await self.send(json.loads(chunk))
-
-    async def send_entry(self, entry: LogEntry) -> None:
-        """Sends one logged chunk, adapted to the client's version."""
-        data = adapt_entry(entry, self.major)
-        if data is not None:
-            await self.send_encoded(data)
-
-    async def send_entries(self, entries: Iterable[LogEntry]) -> None:
-        """Sends logged chunks that were waiting together, adapted to the client's version.
-
-        `entries` is lazy: each chunk after the first is taken from the log as it is iterated,
-        so a transport iterates it when it is about to write (not before waiting for its turn
-        on a shared socket). Transports that can write several chunks at once override this;
-        by default each goes out on its own (`send_entry`).
-        """
-        for entry in entries:
-            await self.send_entry(entry)
+    async def send(self, chunks: Iterable[LogEntry]) -> None:
+        """Sends the chunks that were waiting together, in order (SSE: one write; a WebSocket:
+        one frame each, back to back). `chunks` is lazy: each after the first is taken from the
+        log as it is iterated, so a transport iterates it when it is about to write (not before
+        waiting for its turn on a shared socket)."""
 
     @abc.abstractmethod
     async def keepalive(self) -> None:
         """Tells proxies the idle response is alive."""
 
     @abc.abstractmethod
-    async def close(self) -> None:
-        """Ends the response normally."""
-
-    async def finish(self, entries: Iterable[LogEntry]) -> None:
-        """Sends the last chunks of an ended log and ends the response (`close`); transports
-        that can do both in one write override this."""
-        await self.send_entries(entries)
-        await self.close()
-
-    async def abort(self, error: GatewayError) -> None:
-        """Ends a response that was cut (`error`), as well as the connection still allows: by
-        default with an `error` chunk."""
-        await self.send({"type": "error", "errorText": error.message})
+    async def close(self, last: Sequence[LogEntry] = (), *, cut: GatewayError | None = None) -> None:
+        """Ends the response: normally, after the chunks `last` (the rest of an ended log: a
+        transport that can ends the response in the same write). With `cut` (no `last` then),
+        one that was cut (a slow reader): as well as the connection still allows, e.g. with an
+        `error` chunk."""
 
 
 class SlowReaderGuard:
@@ -324,42 +301,56 @@ def _abort_unless_closed(connection: asyncio.Transport) -> None:
         connection.abort()
 
 
-def _waiting(follower: Follower, first: LogEntry, guard: SlowReaderGuard | None) -> Iterator[LogEntry]:
+def _adapted(entry: LogEntry, major: int) -> LogEntry | None:
+    """The entry as this client gets it (`adapt_entry`: the one place chunks are adapted);
+    None: not for this client."""
+    data = adapt_entry(entry, major)
+    if data is None:
+        return None
+    return entry if data is entry.data else LogEntry(entry.sequence, entry.kind, data)
+
+
+def _waiting(follower: Follower, first: LogEntry, major: int, guard: SlowReaderGuard | None) -> Iterator[LogEntry]:
     """`first`, then the chunks already waiting after it, each taken from the log only when it is
-    asked for, up to `MAX_BATCH_BYTES` (see the module docstring). Stops at the first chunk not
-    there yet, at a cut, and at an overrun (left for `deliver`'s next take to raise)."""
-    yield first
-    size = len(first.data)
-    while size < MAX_BATCH_BYTES and (guard is None or guard.error is None):
+    asked for, up to `MAX_BATCH_BYTES` (see the module docstring), adapted to the client. Stops
+    at the first chunk not there yet, at a cut, and at an overrun (left for `deliver`'s next take
+    to raise)."""
+    entry: LogEntry | None = first
+    size = 0
+    while entry is not None:
+        size += len(entry.data)
+        adapted = _adapted(entry, major)
+        if adapted is not None:
+            yield adapted
+        if size >= MAX_BATCH_BYTES or (guard is not None and guard.error is not None):
+            return
         try:
             entry = follower.take()
         except FollowerOverrun:
             return
-        if entry is None:
-            return
-        size += len(entry.data)
-        yield entry
 
 
 async def deliver(
     follower: Follower, transport: Transport, *, keepalive_s: float | None = 15.0,
     guard: SlowReaderGuard | None = None,
 ) -> None:
-    """Sends the follower's chunks until its log is closed and read, with keep-alives when idle;
-    chunks already waiting go out together (`Transport.send_entries`).
+    """Sends the follower's chunks, adapted to the client's `ai` version, until its log is closed
+    and read, with keep-alives when idle; chunks already waiting go out together
+    (`Transport.send`). The one send path: every transport gets its chunks from here.
 
     Args:
         follower: where to read (attached by the caller, which also detaches it).
-        transport: where to write.
+        transport: where to write (opened by the caller).
         keepalive_s: idle time before a keep-alive; None: none.
         guard: the connection's slow-reader guard.
 
     Raises:
-        SlowReader: the guard cut the connection (after `transport.abort()`).
+        SlowReader: the guard cut the connection (after the transport closed with it).
         FollowerOverrun: without a guard, the follower fell behind past its budget.
     """
     stream_log = follower.log
     loop = asyncio.get_running_loop()
+    major = transport.major
     # A replay of a long log, or a reader catching up, writes batch after batch to a socket that
     # may never make it wait: the loop gets a turn every few batches (`gateway.core.pacing`).
     pacer = Pacer(every=REPLAY_BATCHES_PER_TURN)
@@ -377,17 +368,17 @@ async def deliver(
                     raise
                 break
             if entry is not None:
-                batch = _waiting(follower, entry, guard)
+                batch = _waiting(follower, entry, major, guard)
                 if stream_log.closed:
                     # The run is over, so what is left is all in the log: when this batch takes
                     # the rest, the response ends with the same write.
                     entries = list(batch)
                     if follower.caught_up and (guard is None or guard.error is None):
-                        await transport.finish(entries)
+                        await transport.close(entries)
                         stream_log.delivered = True
                         return
                     batch = iter(entries)
-                await transport.send_entries(batch)
+                await transport.send(batch)
                 last_sent = loop.time()
                 await pacer.step()
             elif stream_log.closed:
@@ -407,5 +398,5 @@ async def deliver(
         if guard is not None:
             guard.unwatch(follower)
     assert guard is not None and guard.error is not None
-    await transport.abort(guard.error)
+    await transport.close(cut=guard.error)
     raise guard.error

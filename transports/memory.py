@@ -29,14 +29,14 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway.core.errors import GatewayError
 from gateway.services.auth import ANONYMOUS
 from gateway.services.chat import RequestContext
 from gateway.services.registry import ChatRun, Connection
-from gateway.services.streams import Follower, Wakeup
+from gateway.services.streams import Follower, LogEntry, Wakeup
 from transports.base import SlowReaderGuard, Transport, stop_runs
 from transports.handling import client_major, read_chat_request, refused, respond, stop_chat
 
@@ -71,27 +71,29 @@ class MemoryTransport(Transport):
         self.opened = True
         self._arrived.wake()
 
-    async def send(self, chunk: Json) -> None:
-        self.chunks.append(chunk)
-        self.order.append(str(chunk.get("type")))
-        self._arrived.wake()
-
-    async def send_encoded(self, chunk: bytes) -> None:
-        await self.send(json.loads(chunk))
+    async def send(self, chunks: Iterable[LogEntry]) -> None:
+        for entry in chunks:
+            self._add(json.loads(entry.data))
 
     async def keepalive(self) -> None:
         self.keepalives += 1
         self.order.append(KEEPALIVE)
         self._arrived.wake()
 
-    async def close(self) -> None:
+    async def close(self, last: Sequence[LogEntry] = (), *, cut: GatewayError | None = None) -> None:
+        """Ends the response after `last`; a cut one ends with an `error` chunk, as SSE ends one."""
+        await self.send(last)
+        if cut is not None:
+            self.cut = cut
+            self._add({"type": "error", "errorText": cut.message})
+            return
         self.closed = True
         self._arrived.wake()
 
-    async def abort(self, error: GatewayError) -> None:
-        """A cut response ends with an `error` chunk, as SSE ends one."""
-        self.cut = error
-        await self.send({"type": "error", "errorText": error.message})
+    def _add(self, chunk: Json) -> None:
+        self.chunks.append(chunk)
+        self.order.append(str(chunk.get("type")))
+        self._arrived.wake()
 
     def types(self) -> list[str]:
         return [str(chunk["type"]) for chunk in self.chunks]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import structlog
@@ -40,7 +40,7 @@ from gateway.services.auth import AnonymousAuth
 from gateway.services.chat import RequestContext
 from gateway.services.registry import ChatRun, Connection
 from gateway.services.streams import LogEntry
-from transports.base import SlowReaderGuard, Transport, adapt_entry, stop_runs
+from transports.base import SlowReaderGuard, Transport, stop_runs
 from transports.handling import client_major, public_origin, read_chat_request, refused, respond, stop_chat
 
 __all__ = ["SSETransport", "caller_of", "chat_post", "chat_resume", "chat_stop", "client_major", "slow_reader_guard"]
@@ -87,46 +87,28 @@ class SSETransport(Transport):
         if self.preamble:
             await self._write(b"")
 
-    async def send(self, chunk: dict[str, Any]) -> None:
-        await self._write(encoding.sse_event(chunk))
-
-    async def send_encoded(self, chunk: bytes) -> None:
-        await self._write(encoding.sse_data(chunk))
-
-    def _events(self, entries: Iterable[LogEntry]) -> list[bytes]:
-        parts: list[bytes] = []
-        for entry in entries:
-            data = adapt_entry(entry, self.major)
-            if data is not None:
-                parts += (b"data: ", data, b"\n\n")
-        return parts
-
-    async def send_entries(self, entries: Iterable[LogEntry]) -> None:
+    async def send(self, chunks: Iterable[LogEntry]) -> None:
         """Every chunk waiting, as the events of one write."""
-        if parts := self._events(entries):
-            await self._write(b"".join(parts))
+        if events := _events(chunks):
+            await self._write(events)
 
     async def keepalive(self) -> None:
         await self._write(encoding.SSE_KEEPALIVE)
 
-    async def close(self) -> None:
-        await self._end(encoding.SSE_DONE)
-
-    async def finish(self, entries: Iterable[LogEntry]) -> None:
-        """The last chunks, `[DONE]` and the end of the body in one write."""
-        parts = self._events(entries)
-        parts.append(encoding.SSE_DONE)
-        await self._end(b"".join(parts))
-
-    async def _end(self, data: bytes) -> None:
-        data = self._after_preamble(data)
+    async def close(self, last: Sequence[LogEntry] = (), *, cut: GatewayError | None = None) -> None:
+        """The last chunks, `[DONE]` and the end of the body in one write; a cut stream instead
+        ends as `_cut` says."""
+        if cut is not None:
+            await self._cut(cut)
+            return
+        data = self._after_preamble(_events(last) + encoding.SSE_DONE)
         if self.guard is None:
             await self.response.write_eof(data)
             return
         with self.guard.writing():
             await self.response.write_eof(data)
 
-    async def abort(self, error: GatewayError) -> None:
+    async def _cut(self, error: GatewayError) -> None:
         """A cut stream: an `error` chunk and `[DONE]` if they can still be written (the guard
         aborts the connection `CUT_TIMEOUT_S` after the cut, which ends a write that cannot),
         then the connection is closed instead of kept alive."""
@@ -139,6 +121,14 @@ class SSETransport(Transport):
             await self.response.write_eof()
         except ConnectionError:
             log.debug("slow_reader_error_not_sent")
+
+
+def _events(chunks: Iterable[LogEntry]) -> bytes:
+    """The SSE events of chunks (their JSON as the client gets it)."""
+    parts: list[bytes] = []
+    for entry in chunks:
+        parts += (b"data: ", entry.data, b"\n\n")
+    return b"".join(parts)
 
 
 def slow_reader_guard(request: web.Request, user_id: str, conn: Connection | None = None) -> SlowReaderGuard:

@@ -10,53 +10,42 @@ response is delivered (`transports.base.deliver`: the same chunk-version adapter
 slow-reader guard), and a `resume` for the chat follows the same log.
 
 `LiveSession.run()` opens an ADK live invocation for the chat (`AgentHost.run_live` with a
-`LiveRequestQueue`) and runs, in one task group, the *answerer* (it turns the invocation's
+`LiveChannel`) and runs, in one task group, the *answerer* (it turns the invocation's
 events into chunks and appends them to the log) and the delivery, until `stop()`, cancellation,
 or the end of the invocation. The first failure of the delivery cancels the rest; a failure of
 the answerer is told to the client (an `error` chunk) before the session ends with it.
 
-Input. The client-facing methods are synchronous and only put requests on the queue: audio frames
-are validated, resampled to 16 kHz with one `Resampler` per session, and sent as realtime blobs;
-activity start/end mark the user's utterances (in hands-free mode an `EnergyVad` marks them, and
-~300 ms of audio before a detected start is replayed after it so the onset is not lost). Voice
-detection is always the gateway's: the model's own is switched off in the `RunConfig`.
+The session is three parts. Input: the client-facing methods are synchronous and only put
+requests on the channel; audio and the marks of utterances go through the session's
+`AudioInput` (`gateway.services.live_audio`: resampling, voice detection, pre-roll). Tools: the
+calls held for the client (approvals, browser tools) are its `HeldCalls`
+(`gateway.services.live_calls`), which the permission plugin asks through the session. Output,
+this module: the turns.
 
-Output. Each model turn is one complete UI message, written by a `LiveTurn` (the core's engine,
-`gateway.core.converter`): `start` (a new messageId), steps, its parts, `finish`. This module
-only decides when a turn ends: `turn_complete` ends it with `finish` (`stop`), the model's
-`interrupted` with `interrupted`, a model error with `error`.
+Output. Each model turn is one complete UI message, written by a `MessageConverter` in live mode
+(the core's engine, `gateway.core.converter`): `start` (a new messageId), steps, its parts,
+`finish`. This module only decides when a turn ends: `turn_complete` ends it with `finish`
+(`stop`), the model's `interrupted` with `interrupted`, a model error with `error`. Anything
+about a tool call is written only into the turn that announced the call.
 
-Barge-in. `interrupt()`, `activity_start()` (also from the VAD) and new text or images cut the
-open turn at once: audio the client has not received is dropped from the log
-(`StreamLog.discard_unread`), the turn ends with `finish`, and what the model still sends for it
-is discarded until it acknowledges with `interrupted` (or `turn_complete`). `interrupt()` tells
-the model with an empty activity.
+Barge-in. `interrupt()`, the start of an utterance (also from the voice detector) and new text or
+images cut the open turn at once: audio the client has not received is dropped from the log
+(`StreamLog.discard_unread`), the turn ends with `finish`, its held calls end, and what the model
+still sends for it is discarded until it acknowledges with `interrupted` (or `turn_complete`).
+`interrupt()` tells the model with an empty activity.
 
 Memory. The log's byte cap bounds what waits for the client: a client that reads slower than the
 model speaks falls behind its budget and is cut as a slow reader, so nothing grows without bound.
 
-Tools (the section "held calls" below). ADK runs tools inside `run_live`, but cannot confirm them
-there, so `PermissionPlugin` asks this session (the `LiveToolGate` attached for our queue). The
-session's `LiveBook` (gateway.core.approval, the one approval authority) decides everything about
-those calls; the session keeps only a future per held call and carries out what the book says. A
-call that needs approval is held: once the call has been announced, the client gets
-`tool-approval-request` and the step ends; the session waits for `answer_approval` (or the
-approval timeout, which ends the call as a tool error). A browser tool waits for `tool_output`,
-which becomes the tool's result. Every wait is released with an error result when its turn is
-cut or the session ends.
-
-Cleanup. `run()` always closes the queue, releases every wait, detaches from the plugin, ends an
-open turn with `finish` and closes the log; cancellation propagates. A graceful `stop()` lets ADK
-finish (bounded) and lets the delivery send what was decided (bounded) first.
+Cleanup. `run()` always closes the channel, ends every held call, detaches from the plugin, ends
+an open turn with `finish` and closes the log; cancellation propagates. A graceful `stop()` lets
+ADK finish (bounded) and lets the delivery send what was decided (bounded) first.
 """
 
 from __future__ import annotations
 
 import asyncio
-import secrets
-import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Coroutine
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -67,29 +56,16 @@ import structlog
 from agents.adk import AgentHost
 from agents.tools import APPROVALS_STATE_KEY
 from gateway.core import chunks as c
-from gateway.core.approval import (
-    ENDED_TEXT,
-    TIMEOUT_TEXT,
-    ApprovalRefused,
-    AwaitClient,
-    CallState,
-    HeldAnswer,
-    Hold,
-    LiveApproval,
-    LiveBook,
-    LiveStep,
-    ToolPolicy,
-)
+from gateway.core.approval import ENDED_TEXT, TIMEOUT_TEXT, ApprovalRefused, LiveApproval, Shown
 from gateway.core.converter import CallAnnounced, MessageConverter, Mode, map_finish_reason, raised_in_agent
 from gateway.core.errors import ApprovalInvalid
-from gateway.core.events import AgentEvent, FunctionCall
-from gateway.core.kinds import ToolKind
+from gateway.core.events import AgentEvent
 from gateway.core.pacing import Pacer
-from gateway.core.pcm import INPUT_RATE, float_to_pcm16, pcm16_to_float, validate_frame, validate_rate
+from gateway.core.pcm import INPUT_RATE, validate_frame
 from gateway.core.requests import LiveApprovalFrame, LiveControlFrame, LiveTextFrame, LiveToolOutputFrame
-from gateway.core.resample import Resampler
-from gateway.core.vad import EnergyVad, VadEventKind
 from gateway.metrics import Metrics
+from gateway.services.live_audio import AudioInput
+from gateway.services.live_calls import HeldCalls
 from gateway.services.streams import StreamLog
 from gateway.services.turn import told_safely
 
@@ -105,6 +81,7 @@ __all__ = [
     "LiveHandle",
     "LiveOptions",
     "LiveSession",
+    "apply_frame",
     "start_live",
 ]
 
@@ -112,12 +89,11 @@ log = structlog.get_logger("gateway.services.live")
 
 # Follows a session's log to its client until the log is closed and read.
 Deliver = Callable[[StreamLog], Coroutine[Any, Any, None]]
-# The frames a running session carries out (`LiveSession.apply`); images come decoded (`send_image`).
+# The frames a running session carries out (`apply_frame`); images come decoded (`send_image`).
 LiveFrame = LiveTextFrame | LiveApprovalFrame | LiveToolOutputFrame | LiveControlFrame
 
 FAILED_TEXT: Final = "The live session failed."
 STOP_GRACE_S: Final = 2.0  # how long a graceful stop waits for ADK, then for the client
-PREROLL_MS: Final = 300
 LOG_BYTES: Final = 8 * 1024 * 1024  # a session's log cap when none is given (`--stream-buffer-bytes`)
 PCM_CHUNK: Final = "data-pcm"
 
@@ -191,12 +167,40 @@ async def _nothing_to_prepare() -> None:
     """(A live session reads its chat's session once it runs.)"""
 
 
-def _new_approval_id() -> str:
-    return f"apr-{secrets.token_urlsafe(18)}"
+def apply_frame(session: LiveSession, frame: LiveFrame) -> None:
+    """Carries out a live frame of the client on its session: text, an approval's answer, a
+    browser tool's output, an utterance's start or end, an interrupt, a stop.
+
+    Raises:
+        ApprovalInvalid: the frame answers an approval this session did not issue, or one
+            already answered.
+    """
+    if isinstance(frame, LiveTextFrame):
+        session.send_text(frame.text)
+    elif isinstance(frame, LiveApprovalFrame):
+        try:
+            session.answer_approval(frame.approvalId, frame.approved, frame.reason)
+        except ApprovalRefused as exc:
+            if session.metrics is not None:
+                session.metrics.approvals_refused.inc()
+            log.warning("approval_refused", approval_id=exc.approval_id, reason=exc.reason)
+            raise ApprovalInvalid("This approval was not issued for this live session, or was already "
+                                  "answered.", detail=str(exc)) from None
+    elif isinstance(frame, LiveToolOutputFrame):
+        session.tool_output(frame.toolCallId, frame.output, frame.errorText)
+    elif frame.type == "live-activity-start":
+        session.activity_start()
+    elif frame.type == "live-activity-end":
+        session.activity_end()
+    elif frame.type == "live-interrupt":
+        session.interrupt()
+    else:
+        session.stop()
 
 
 class LiveSession:
-    """See the module docstring. Methods other than `run()` are synchronous and never block."""
+    """See the module docstring. Methods other than `run()` (and the plugin's waits) are
+    synchronous and never block."""
 
     def __init__(
         self,
@@ -217,26 +221,16 @@ class LiveSession:
         self.user_id = user_id
         self.chat_id = chat_id
         self.log = log if log is not None else StreamLog(key=(user_id, chat_id), max_bytes=LOG_BYTES)
-        self.input_rate = validate_rate(input_rate)
-        self.hands_free = hands_free
-        self.approval_timeout_s = approval_timeout_s
         self._channel = host.live_channel()
-        self._resampler = Resampler(self.input_rate, INPUT_RATE) if self.input_rate != INPUT_RATE else None
-        self._vad = (
-            EnergyVad(INPUT_RATE, threshold_dbfs=vad_threshold_dbfs, silence_ms=vad_silence_ms)
-            if hands_free
-            else None
-        )
-        self._preroll: deque[bytes] = deque()
-        self._preroll_bytes = 0
-        self._user_active = False
-        # Output.
+        self._audio = AudioInput(self._channel, input_rate=input_rate, hands_free=hands_free,
+                                 vad_silence_ms=vad_silence_ms, vad_threshold_dbfs=vad_threshold_dbfs,
+                                 on_speech=self._cut_turn)
+        self._calls = HeldCalls(is_browser_tool=lambda name: host.tool_kind(name).browser,
+                                open_calls=lambda: self._turn.calls, show=self._show,
+                                approval_timeout_s=approval_timeout_s, metrics=metrics)
         self._turn = self._new_turn()
         self._turns = 0
-        self._discarding = False
-        # Held calls (see that section): the book decides, the futures wait.
-        self._book = LiveBook()
-        self._waiting: dict[str, asyncio.Future[HeldAnswer]] = {}
+        self._discarding = False  # the model still sends for a cut turn
         # Life cycle: `_stop` is set by `stop()` and when the invocation ends.
         self._stop = asyncio.Event()
         self._started = False
@@ -250,54 +244,27 @@ class LiveSession:
         return self._closing or self._stop.is_set()
 
     def send_audio(self, pcm: bytes) -> None:
-        """One binary frame of PCM16 mono at `input_rate`; raises `PcmFormatError` for a bad frame."""
+        """One binary frame of PCM16 mono at the session's input rate; raises `PcmFormatError` for
+        a bad frame (also once the session has closed)."""
         validate_frame(pcm)
-        if self.closed:
-            return
-        resampler = self._resampler
-        data = bytes(pcm) if resampler is None else float_to_pcm16(resampler.process(pcm16_to_float(pcm)))
-        if not data:
-            return
-        if self._vad is None:
-            self._send_blob(data)
-            return
-        if self._user_active:
-            self._send_blob(data)
-        else:
-            self._preroll.append(data)
-            self._preroll_bytes += len(data)
-            limit = INPUT_RATE * 2 * PREROLL_MS // 1000
-            while self._preroll_bytes - len(self._preroll[0]) >= limit:
-                self._preroll_bytes -= len(self._preroll.popleft())
-        for event in self._vad.feed(data):
-            if event.kind is VadEventKind.SPEECH_START and not self._user_active:
-                self.activity_start()
-                while self._preroll:
-                    self._send_blob(self._preroll.popleft())
-                self._preroll_bytes = 0
-            elif event.kind is VadEventKind.SPEECH_END and self._user_active:
-                self.activity_end()
+        if not self.closed:
+            self._audio.feed(pcm)
 
     def activity_start(self) -> None:
         """The user starts speaking: a barge-in if the model is answering."""
-        if self.closed or self._user_active:
-            return
-        self._user_active = True
-        self._cut_turn()
-        self._channel.activity_start()
+        if not self.closed:
+            self._audio.start_utterance()
 
     def activity_end(self) -> None:
-        if self.closed or not self._user_active:
-            return
-        self._user_active = False
-        self._channel.activity_end()
+        if not self.closed:
+            self._audio.end_utterance()
 
     def interrupt(self) -> None:
         """Barge-in without speech: ends the current answer now and tells the model."""
         if self.closed:
             return
         self._cut_turn()
-        if not self._user_active:
+        if not self._audio.speaking:
             # An empty activity interrupts the model and asks nothing.
             self._channel.activity_start()
             self._channel.activity_end()
@@ -317,35 +284,21 @@ class LiveSession:
     def stop(self) -> None:
         self._stop.set()
 
-    def apply(self, frame: LiveFrame) -> None:
-        """Carries out a live frame of the client: text, an approval's answer, a browser tool's
-        output, an utterance's start or end, an interrupt, a stop.
+    # The client's answers, and the permission plugin's waits (the session is the invocation's
+    # `LiveToolGate`): the held calls' (`gateway.services.live_calls`).
 
-        Raises:
-            ApprovalInvalid: the frame answers an approval this session did not issue, or one
-                already answered.
-        """
-        if isinstance(frame, LiveTextFrame):
-            self.send_text(frame.text)
-        elif isinstance(frame, LiveApprovalFrame):
-            try:
-                self.answer_approval(frame.approvalId, frame.approved, frame.reason)
-            except ApprovalRefused as exc:
-                if self.metrics is not None:
-                    self.metrics.approvals_refused.inc()
-                log.warning("approval_refused", approval_id=exc.approval_id, reason=exc.reason)
-                raise ApprovalInvalid("This approval was not issued for this live session, or was already "
-                                      "answered.", detail=str(exc)) from None
-        elif isinstance(frame, LiveToolOutputFrame):
-            self.tool_output(frame.toolCallId, frame.output, frame.errorText)
-        elif frame.type == "live-activity-start":
-            self.activity_start()
-        elif frame.type == "live-activity-end":
-            self.activity_end()
-        elif frame.type == "live-interrupt":
-            self.interrupt()
-        else:
-            self.stop()
+    def answer_approval(self, approval_id: str, approved: bool, reason: str | None) -> None:
+        """Answers a `tool-approval-request` of this session; raises `ApprovalRefused` otherwise."""
+        self._calls.answer_approval(approval_id, approved, reason)
+
+    def tool_output(self, tool_call_id: str, output: Any = None, error_text: str | None = None) -> None:
+        self._calls.tool_output(tool_call_id, output, error_text)
+
+    async def request_approval(self, tool_call_id: str, tool_name: str, *, browser: bool) -> LiveApproval:
+        return await self._calls.request_approval(tool_call_id, tool_name, browser=browser)
+
+    async def browser_output(self, tool_call_id: str, tool_name: str) -> dict[str, Any]:
+        return await self._calls.browser_output(tool_call_id, tool_name)
 
     # --- running -----------------------------------------------------------------------------
 
@@ -373,21 +326,23 @@ class LiveSession:
             # log and keeps it for below): its error is the session's.
             raise group.exceptions[0] from None
         finally:
-            self._closing = True
-            self._channel.close()
-            self._carry_out(self._book.close())
+            self._close()
             self._end_turn("interrupted")
             self.log.close()
         if self._failure is not None:
             raise self._failure
-        log.info("live_ended", chat_id=self.chat_id, turns=self._turns)
+        log.info("live_ended", chat_id=self.chat_id, app=self.host.app_name, turns=self._turns)
 
-    async def _wind_down(self, answerer: asyncio.Task[None], delivery: asyncio.Task[None] | None) -> None:
-        """A graceful end: ADK finishes the invocation once the queue is closed (bounded), then an
-        open turn ends with `finish` and the client gets what was decided (bounded)."""
+    def _close(self) -> None:
+        """No more input, and every held call ends."""
         self._closing = True
         self._channel.close()
-        self._carry_out(self._book.close())
+        self._calls.close()
+
+    async def _wind_down(self, answerer: asyncio.Task[None], delivery: asyncio.Task[None] | None) -> None:
+        """A graceful end: ADK finishes the invocation once the channel is closed (bounded), then
+        an open turn ends with `finish` and the client gets what was decided (bounded)."""
+        self._close()
         if not answerer.done():
             await asyncio.wait([answerer], timeout=STOP_GRACE_S)
             answerer.cancel()
@@ -402,7 +357,10 @@ class LiveSession:
         """The answerer: turns the invocation's events into chunks until it ends. A failure ends
         the open turn with an `error` chunk; `run()` raises it once the client has it."""
         try:
-            await self._prepare()
+            session = await self.host.get_session(self.user_id, self.chat_id)
+            if session is None:
+                session = await self.host.create_session(self.user_id, self.chat_id)
+            self._calls.load(session.state.get(APPROVALS_STATE_KEY))
             events = self.host.run_live(self.user_id, self.chat_id, self._channel, self)
             # A live model that sends event after event without waiting would hold the loop
             # (`gateway.core.pacing`), as a chat's would.
@@ -418,13 +376,6 @@ class LiveSession:
         finally:
             self._stop.set()
 
-    async def _prepare(self) -> None:
-        session = await self.host.get_session(self.user_id, self.chat_id)
-        if session is None:
-            session = await self.host.create_session(self.user_id, self.chat_id)
-        if not self._book.closed:  # (a session stopped meanwhile keeps its closed book)
-            self._book = LiveBook.for_chat(session.state.get(APPROVALS_STATE_KEY))
-
     # --- output: turns -----------------------------------------------------------------------
 
     def _emit(self, chunks: list[c.Chunk]) -> None:
@@ -432,8 +383,8 @@ class LiveSession:
             self.log.append_chunks(chunks)
 
     def _new_turn(self) -> MessageConverter:
-        return MessageConverter(f"msg-{uuid.uuid4().hex}", mode=Mode.LIVE, tools=self._tool_kind,
-                                reported=self._reported)
+        return MessageConverter(f"msg-{uuid.uuid4().hex}", mode=Mode.LIVE, tools=self._calls.tool_kind,
+                                reported=self._calls.reported)
 
     def _end_turn(self, reason: c.FinishReason) -> None:
         """Ends the open turn (if anything of it was written) and starts afresh."""
@@ -443,7 +394,7 @@ class LiveSession:
         self._emit(turn.finish(reason))
         self._turns += 1
         self._turn = self._new_turn()
-        self._book.forget(turn.calls)
+        self._calls.forget(turn.calls)
 
     def _cut_turn(self) -> None:
         """Barge-in: audio the client has not received is dropped (also of a turn the model
@@ -453,7 +404,7 @@ class LiveSession:
         if not turn.started:
             return
         self._emit(turn.close_parts())
-        self._carry_out(self._book.cut(turn.calls))
+        self._calls.cut(turn.calls)
         if turn.model_output:
             self._discarding = True
         self._end_turn("interrupted")
@@ -467,7 +418,7 @@ class LiveSession:
         if event.author == "user":
             return
         if self._discarding:
-            self._discard_calls(event)
+            self._calls.drop(event)
             if event.interrupted or event.turn_complete:
                 self._discarding = False
             return
@@ -480,128 +431,11 @@ class LiveSession:
             return
         for effect in result.effects:
             if isinstance(effect, CallAnnounced):
-                # The model calls a tool: the book hears of it (and issues it, if the plugin holds it already).
-                self._carry_out(self._book.announce(effect.tool_call_id, effect.tool_name, browser=effect.client,
-                                                    input=effect.input, now=time.time()))
+                self._calls.announce(effect)
         if event.interrupted:
             self._end_turn("interrupted")
         elif event.turn_complete:
             self._end_turn(map_finish_reason(event.finish_reason))
 
-    # --- input helpers -----------------------------------------------------------------------
-
-    def _send_blob(self, data: bytes) -> None:
-        self._channel.audio(data)
-
-    # --- held calls (approvals and browser tools) ----------------------------------------------
-    #
-    # The session's `LiveBook` decides everything about the tool calls of its turns; this section
-    # only tells it what happened and carries out its `LiveStep`s: it writes what is to be shown
-    # into the open turn, and wakes the waiting futures (`_waiting`, by call id).
-    # `PermissionPlugin` calls `request_approval` / `browser_output` inside ADK's tool pipeline and
-    # waits; the client answers with `answer_approval` / `tool_output`; a cut turn or the session's
-    # end wakes every waiter.
-
-    def answer_approval(self, approval_id: str, approved: bool, reason: str | None) -> None:
-        """Answers a `tool-approval-request` of this session; raises `ApprovalRefused` otherwise."""
-        step = self._book.answer(approval_id, approved, reason)
-        if self.metrics is not None:
-            for decision in step.decisions:
-                self.metrics.approvals_answered.labels(decision=decision.value).inc()
-        self._carry_out(step)
-
-    def tool_output(self, tool_call_id: str, output: Any = None, error_text: str | None = None) -> None:
-        """The browser's result for a browser tool call; the book ignores one it does not expect."""
-        step = self._book.browser_output(tool_call_id, output, error_text)
-        if step is None:
-            log.warning("live_tool_output_ignored", tool_call_id=tool_call_id)
-            return
-        self._carry_out(step)
-
-    async def request_approval(self, tool_call_id: str, tool_name: str, *, browser: bool) -> LiveApproval:
-        answer = await self._hold(tool_call_id, tool_name, browser=browser, hold=Hold.APPROVAL)
-        assert isinstance(answer, LiveApproval)  # the book answers a hold in its kind
-        return answer
-
-    async def browser_output(self, tool_call_id: str, tool_name: str) -> dict[str, Any]:
-        answer = await self._hold(tool_call_id, tool_name, browser=True, hold=Hold.OUTPUT)
-        assert not isinstance(answer, LiveApproval)
-        return answer
-
-    async def _hold(self, tool_call_id: str, tool_name: str, *, browser: bool, hold: Hold) -> HeldAnswer:
-        """Waits until the book resumes the call (or answers it at once); an approval waits at
-        most until the book's deadline for it (`approval_timeout_s` after it was issued; 0: no
-        limit). The book always hears that the waiter is gone."""
-        step = self._book.hold(tool_call_id, tool_name, browser=browser, hold=hold, approval_id=_new_approval_id(),
-                               now=time.time())
-        if step.answer is not None:
-            return step.answer
-        future: asyncio.Future[HeldAnswer] = asyncio.get_running_loop().create_future()
-        self._waiting[tool_call_id] = future
-        try:
-            self._carry_out(step)
-            if hold is Hold.APPROVAL and self.approval_timeout_s > 0:
-                # (Held before the model's call was announced, the approval is not issued yet: it
-                # expires as long after now as it would after its issue.)
-                deadline = self._book.deadline(tool_call_id, self.approval_timeout_s) or (
-                    time.time() + self.approval_timeout_s)
-                loop = asyncio.get_running_loop()
-                try:
-                    async with asyncio.timeout_at(loop.time() + max(0.0, deadline - time.time())):
-                        return await future
-                except TimeoutError:
-                    # (The timeout cancels the future it interrupts; one resumed just before stands.)
-                    if future.done() and not future.cancelled():
-                        return future.result()
-                    log.info("live_approval_timeout", tool_call_id=tool_call_id)
-                    expired = self._book.expire(tool_call_id)
-                    self._carry_out(expired)
-                    assert expired.answer is not None
-                    return expired.answer
-            return await future
-        finally:
-            if self._waiting.get(tool_call_id) is future:
-                del self._waiting[tool_call_id]
-            self._book.release(tool_call_id)
-
-    def _carry_out(self, step: LiveStep) -> None:
-        """Shows what the book says to show, in the open turn, and wakes the waiters it resumes."""
-        for item in step.shown:
-            if self._in_turn(item.tool_call_id, type(item).__name__):
-                self._emit(self._turn.show([item]))
-                # Counted as a chat run counts its questions: when the client is asked.
-                if isinstance(item, AwaitClient) and item.approval_id is not None and self.metrics is not None:
-                    self.metrics.approvals_issued.inc()
-        for resume in step.resumes:
-            future = self._waiting.pop(resume.tool_call_id, None)
-            if future is not None and not future.done():
-                future.set_result(resume.answer)
-
-    def _in_turn(self, tool_call_id: str, what: str) -> bool:
-        """Whether the open turn announced the call. Anything about a call is written only into the
-        message that has it (the client's reader refuses a chunk for a call it does not know); a
-        call whose turn ended while it was held gets nothing more."""
-        if tool_call_id in self._turn.calls:
-            return True
-        log.warning("live_call_outside_turn", tool_call_id=tool_call_id, shown=what)
-        return False
-
-    def _is_browser(self, tool_name: str) -> bool:
-        """Announced for the browser to run: a browser tool the chat does not refuse ("never")."""
-        return (self.host.tool_kind(tool_name).browser
-                and self._book.policy(tool_name, needs_approval=False) is not ToolPolicy.REFUSE)
-
-    def _tool_kind(self, tool_name: str) -> ToolKind:
-        """How a turn shows the tool's calls (long-running tools run inside the live invocation)."""
-        return ToolKind(browser=True) if self._is_browser(tool_name) else ToolKind()
-
-    def _reported(self, tool_call_id: str, outcome: CallState) -> bool:
-        """A tool's result: shown once, for a call the open turn announced."""
-        return self._book.reported(tool_call_id, outcome) and self._in_turn(tool_call_id, "tool_result")
-
-    def _discard_calls(self, event: AgentEvent) -> None:
-        """Calls the model still makes for a cut turn never run (and are never shown)."""
-        for part in event.parts:
-            if isinstance(part, FunctionCall) and part.id:
-                name = part.name or "unknown"
-                self._carry_out(self._book.drop(part.id, name, browser=self._is_browser(name)))
+    def _show(self, item: Shown) -> None:
+        self._emit(self._turn.show([item]))

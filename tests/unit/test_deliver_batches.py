@@ -1,8 +1,8 @@
 """deliver() coalesces writes: chunks already waiting in the log go out together.
 
-A transport double records what each `send_entries` call carried; the SSE transport writes to a
-fake response that records its writes; the WebSocket transport sends to a fake socket. Nothing
-waits on time: a write is held and released with events.
+A transport double records what each batch (`send`, or `close` with the last chunks) carried;
+the SSE transport writes to a fake response that records its writes; the WebSocket transport
+sends to a fake socket. Nothing waits on time: a write is held and released with events.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any, cast
 
 from aiohttp import WSMsgType
@@ -18,6 +18,7 @@ from aiohttp.test_utils import make_mocked_request
 
 from gateway.config import Settings
 from gateway.core import encoding
+from gateway.core.errors import GatewayError
 from gateway.metrics import Metrics
 from gateway.services.registry import Registry
 from gateway.services.streams import LogEntry, StreamLog
@@ -40,7 +41,7 @@ def new_log(*chunks: dict[str, Any], closed: bool = False) -> StreamLog:
 
 
 class RecordingTransport(Transport):
-    """Records the sequences each `send_entries` call carried. `turn`: the call waits for it
+    """Records the sequences each batch carried. `turn`: the call waits for it
     before taking its chunks (a socket busy with another request). `drain`: after writing a
     batch, the call waits for it (a socket that takes a while to accept the bytes)."""
 
@@ -55,11 +56,7 @@ class RecordingTransport(Transport):
     async def open(self) -> None:
         pass
 
-    async def send(self, chunk: dict[str, Any]) -> None:
-        # deliver() hands logged chunks to `send_entries`; only `abort` (no guard here) sends one alone.
-        raise AssertionError(f"a chunk went out on its own: {chunk}")
-
-    async def send_entries(self, entries: Iterable[LogEntry]) -> None:
+    async def send(self, entries: Iterable[LogEntry]) -> None:
         if self.turn is not None:
             self.waiting.set()
             await self.turn.wait()
@@ -73,7 +70,9 @@ class RecordingTransport(Transport):
     async def keepalive(self) -> None:
         pass
 
-    async def close(self) -> None:
+    async def close(self, last: Sequence[LogEntry] = (), *, cut: GatewayError | None = None) -> None:
+        if last:
+            await self.send(last)
         self.closed = True
 
 
@@ -267,7 +266,7 @@ async def test_sse_batch_of_chunks_an_ai_6_client_does_not_get_writes_nothing() 
 
 
 class FakeSocketSession:
-    """What `WebSocketRequestTransport` needs of a `SocketSession`: records frames per call."""
+    """What `WebSocketRequestTransport` needs of the socket's writer (`SocketWriter`): records frames per call."""
 
     def __init__(self) -> None:
         self.calls: list[list[dict[str, Any]]] = []
@@ -352,7 +351,7 @@ async def test_socket_frames_of_one_batch_go_out_back_to_back() -> None:
 
     ws.during_first_frame = another_request_sends
     async with socket_session(ws) as session:
-        await session.send_frames(iter([b"f0", b"f1", b"f2"]))
+        await session.writer.send_frames(iter([b"f0", b"f1", b"f2"]))
         await other[0]
     assert ws.sent == ["f0", "f1", "f2", "other"]
 
@@ -367,5 +366,5 @@ async def test_socket_frames_are_not_taken_once_the_socket_has_closed() -> None:
             yield f"f{i}".encode()
 
     async with socket_session(ws) as session:
-        await session.send_frames(frames())
+        await session.writer.send_frames(frames())
     assert ws.sent == ["f0", "f1"] and taken == [0, 1]
