@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import aiohttp
 import pytest
@@ -34,6 +34,7 @@ from gateway.core.pacing import EVERY
 from gateway.core.requests import validated_history
 from gateway.services.streams import StreamLog
 from tests.gateway_process import start_gateway_process, stop_process
+from tests.turns import CountedMessages, Turns
 from transports.base import REPLAY_BATCHES_PER_TURN, Transport, deliver
 
 from .conftest import StartGateway
@@ -41,41 +42,6 @@ from .support import ToolLog, chat_body, counting_agent, post_chat, settings, us
 
 FLOOD = 20_000  # deltas of the in-process floods (the property does not depend on the length)
 MiB = 1024 * 1024
-
-
-class Turns:
-    """Records, each time the event loop gives this task a turn, how far `progress()` moved since
-    its previous turn: `widest` is the most work done while the task waited for the loop."""
-
-    def __init__(self, progress: Callable[[], int]) -> None:
-        self.progress = progress
-        self.widest = 0
-        self.turns = 0
-        self._last = 0
-        self._task: asyncio.Task[None] | None = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(0)
-            self._record()
-            self.turns += 1
-
-    def _record(self) -> None:
-        now = self.progress()
-        self.widest = max(self.widest, now - self._last)
-        self._last = now
-
-    def __enter__(self) -> Turns:
-        # Where the work stands now, not at this task's first turn (which a work that never
-        # yields would delay to its end).
-        self._last = self.progress()
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        self._record()  # the work done since the last turn counts too
 
 
 def counted_model_responses() -> tuple[list[int], Callable[..., None]]:
@@ -146,31 +112,6 @@ async def test_a_flood_leaves_another_chat_answered_before_it_ends(gateway: Star
 
 
 # --- a history import yields ----------------------------------------------------------------------------
-
-
-class CountedMessages(Sequence[Any]):
-    """A list of messages that counts how far it was read (by index or by iteration)."""
-
-    def __init__(self, items: list[Any]) -> None:
-        self.items = items
-        self.taken = 0
-
-    @overload
-    def __getitem__(self, index: int) -> Any: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[Any]: ...
-    def __getitem__(self, index: int | slice) -> Any:
-        if isinstance(index, int):
-            self.taken = max(self.taken, index + 1)
-        return self.items[index]
-
-    def __iter__(self) -> Iterator[Any]:
-        for item in self.items:
-            self.taken += 1
-            yield item
-
-    def __len__(self) -> int:
-        return len(self.items)
 
 
 def history(count: int) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ history import (the `memory://` store's eviction is tested in test_memory_store.
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from typing import Any
 
@@ -21,8 +20,10 @@ from agents.adk import (
     history_events,
 )
 from gateway.core.errors import StoreUnavailable
+from gateway.core.pacing import EVERY
 from gateway.core.requests import UIMessage
 from tests.integration.support import ToolLog, counting_agent
+from tests.turns import CountedMessages, Turns
 
 APP = "app"
 
@@ -132,39 +133,18 @@ class CountingStore(MemorySessionService):
 
 
 async def test_importing_a_long_history_never_holds_the_loop() -> None:
-    """10,000 messages: converted in slices that give the loop back, and appended to the in-memory
-    store in one step (ADK's per-event append compares with every stored event: quadratic). A
-    ticker measures the longest time the loop did not answer. The garbage collector is off while
-    it measures: a full collection of this test process's heap is no work of the import (the
-    integration tests measure with it on, at the history cap)."""
+    """10,000 messages: converted a few at a time between turns given to the loop (counted, not
+    timed: `tests.turns`), and appended to the in-memory store in one step (ADK's per-event append
+    compares with every stored event: quadratic)."""
     store = CountingStore()
     host = AgentHost(counting_agent(ToolLog()), store, max_llm_calls=5)
     session = await host.reset_session("u", "long", exists=False)
-    messages = history(10_000)
-    gaps: list[float] = []
-    done = asyncio.Event()
-
-    async def ticker() -> None:
-        last = time.perf_counter()
-        while not done.is_set():
-            await asyncio.sleep(0.001)
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-
-    gc.collect()
-    gc.disable()
-    try:
-        ticking = asyncio.create_task(ticker())
+    messages = CountedMessages(history(10_000))
+    with Turns(lambda: messages.taken) as turns:
         await host.import_history(session, messages)
-        done.set()
-        await ticking
-    finally:
-        gc.enable()
     stored = await host.get_session("u", "long")
     assert stored is not None and len(stored.events) == 10_000
     assert [e.content.parts[0].text for e in stored.events[:3] if e.content and e.content.parts] == [
         "message 0", "message 1", "message 2"]
     assert store.appends == 0  # one bulk step, not 10,000 scans of the stored events
-    assert len(gaps) > 10  # the loop ran in between
-    assert max(gaps) <= 0.050, f"the loop stalled {max(gaps) * 1000:.0f} ms"
+    assert turns.widest <= 2 * EVERY, f"{turns.widest} messages converted between two turns of another task"
