@@ -3,6 +3,8 @@
     .venv/bin/python deploy/cluster.py up       # or: make cluster-up
     .venv/bin/python deploy/cluster.py status   # or: make cluster-status
     .venv/bin/python deploy/cluster.py down     # or: make cluster-down
+    .venv/bin/python deploy/cluster.py stop redis    # one piece (postgres, redis, gateway-N, nginx) ...
+    .venv/bin/python deploy/cluster.py start redis   # ... and back, as `up` started it
 
 `up` starts, on 127.0.0.1 and from Debian's packages (`make system-deps`): one PostgreSQL (the
 session store, database `adk`), one Redis (the stream store, no persistence), two gateway processes
@@ -11,15 +13,29 @@ redis://...`) and nginx round-robin in front of them with the shipped deploy/ngi
 (only its `listen` port, its upstream `server` lines and its access log path are rewritten, by
 `render_site_conf`). It waits until every piece answers (PostgreSQL, Redis's PING, each gateway's
 /readyz, /healthz through nginx), prints the URL on the last line and returns; the processes run on
-in the background. If a piece does not come up, it stops what it started, prints the tail of that
-piece's log and exits with status 1.
+in the background. The first gateway is ready before the others start (it makes ADK's tables in a
+new database; two making them at once collide). If a piece does not come up, it stops what it
+started, prints the tail of that piece's log and exits with status 1.
 
 Everything lives in .state/cluster/<CLUSTER_PORT>/ of the checkout: `cluster.json` (what runs:
 names, ports, pids), `logs/` (one file per process, nginx's access and error logs), `postgres/`
 (the database, kept between `down` and `up`; delete the folder for a fresh start), `redis/` and
 `nginx/` (the rendered configs). `down` stops what `cluster.json` names, each process group with
 SIGTERM and, after CLUSTER_STOP_TIMEOUT_S, SIGKILL (PostgreSQL: `pg_ctl stop -m fast` first); it
-is safe to run twice. `status` exits 0 when every piece answers, 1 otherwise.
+is safe to run twice. `status` exits 0 when every piece answers, 1 otherwise. `stop NAME` stops
+one piece the same way and keeps its record; `start NAME` starts a stopped (or crashed) piece
+again with the argv `up` recorded (a gateway's environment is taken from ours, as `up` takes it:
+it is never written down), appending to its log: faults to try by hand.
+
+A checkout anywhere: as root, PostgreSQL (user `postgres`) and nginx's workers (`nobody`) must
+enter their folders, which they cannot under a folder closed to other users (`mktemp -d`, root's
+home). `up` asks the system (`runuser -u USER -- test -x FOLDER`) and, when they cannot, puts
+their files (PostgreSQL's data and log, logs/postgres.log then being a link to it; nginx's
+temporary folders) in a folder of the cluster's own, `CLUSTER_RUNTIME_DIR/adk-gateway-cluster-
+<port>-XXXX` (/var/tmp by default, mode 0711, each piece's folder 0700 and owned by its user),
+says so in one line, and records it in cluster.json; `down` deletes it (the database with it: a
+new `up` starts an empty one). When even that folder cannot be made, `up` says why in one line
+and how to fix it (CLUSTER_RUNTIME_DIR, or a checkout they may enter), and starts nothing.
 
 Settings, from the environment:
     CLUSTER_PORT            nginx's port (default 8088); it also names the state folder
@@ -29,6 +45,8 @@ Settings, from the environment:
     CLUSTER_START_TIMEOUT_S how long `up` waits for each piece (default 90)
     CLUSTER_STOP_TIMEOUT_S  how long `down` waits after SIGTERM (default 20; the gateways drain
                             for up to twice ADK_GATEWAY_SHUTDOWN_TIMEOUT_S)
+    CLUSTER_RUNTIME_DIR     where a folder for files other users must reach goes, when they cannot
+                            enter the checkout (default /var/tmp)
 The rest of the environment reaches the gateways as it is (ADK_GATEWAY_* settings such as
 ADK_GATEWAY_AUTH=jwt and ADK_GATEWAY_AUTH_JWT_SECRET, GOOGLE_API_KEY); their --host, --port,
 --session-store and --stream-store are set here and win over the environment. Unless the
@@ -36,9 +54,9 @@ environment names them, both gateways share a URL signing secret (made once, in 
 and an artifact folder (`artifacts/` there), so a link or a sign-in made on one works on the other.
 
 Running as root: PostgreSQL refuses to, so its commands run as the `postgres` user
-(`runuser -u postgres --`) in a folder owned by it; nginx's workers run as `nobody`. PostgreSQL
-trusts every connection from 127.0.0.1 (`initdb -A trust`): a cluster for one machine, never for a
-shared host.
+(`runuser -u postgres --`) in a folder owned by it; nginx's workers run as `nobody` (see "A
+checkout anywhere" above). PostgreSQL trusts every connection from 127.0.0.1 (`initdb -A trust`):
+a cluster for one machine, never for a shared host.
 
 Python's standard library only; Linux (process groups are read from /proc).
 """
@@ -58,6 +76,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -71,6 +90,8 @@ SITE_CONF = ROOT / "deploy" / "nginx" / "adk-gateway.conf"
 HOST = "127.0.0.1"
 DEFAULT_PORT = 8088
 STATE_FILE = "cluster.json"
+DEFAULT_RUNTIME_BASE = "/var/tmp"
+RUNTIME_PREFIX = "adk-gateway-cluster-"
 HINT = "run `make system-deps` (installs nginx-light, redis-server and postgresql)"
 
 
@@ -324,6 +345,27 @@ def as_postgres() -> tuple[list[str], pwd.struct_passwd | None]:
     return [binary("runuser", "/usr/sbin/runuser", "/sbin/runuser"), "-u", "postgres", "--"], owner
 
 
+def reaches(user: pwd.struct_passwd, folder: Path) -> bool:
+    """Whether `user` may enter `folder`, and so every folder above it: asked of the system, as that
+    user (modes, ACLs and all)."""
+    runuser = binary("runuser", "/usr/sbin/runuser", "/sbin/runuser")
+    test = shutil.which("test") or "/usr/bin/test"
+    result = subprocess.run([runuser, "-u", user.pw_name, "--", test, "-x", str(folder)], check=False,
+                            capture_output=True, timeout=30, stdin=subprocess.DEVNULL, cwd="/")
+    return result.returncode == 0
+
+
+def nginx_worker() -> pwd.struct_passwd | None:
+    """The user nginx's workers run as when its master is root (no `user` line: nginx's default,
+    `nobody`); None when we are not root (the workers are us)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam("nobody")
+    except KeyError:
+        raise ClusterError("running as root needs the `nobody` user for nginx's workers") from None
+
+
 def gateway_python() -> str:
     venv = ROOT / ".venv" / "bin" / "python"
     return str(venv) if venv.exists() else sys.executable
@@ -434,26 +476,35 @@ def write_state(config: Config, state: Mapping[str, Any]) -> None:
 class Starter:
     """Starts the pieces one after the other, recording each in cluster.json as soon as it runs."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, record: dict[str, Any] | None = None) -> None:
         self.config = config
         self.state = config.state
         self.logs = self.state / "logs"
-        self.record: dict[str, Any] = {"url": config.url, "port": config.port, "services": []}
+        self.record: dict[str, Any] = record or {"url": config.url, "port": config.port, "services": []}
 
     def add(self, service: dict[str, Any]) -> dict[str, Any]:
-        self.record["services"].append(service)
+        """Records a running piece (in place of its earlier record, when it is started again)."""
+        services: list[dict[str, Any]] = self.record["services"]
+        for index, known in enumerate(services):
+            if known["name"] == service["name"]:
+                services[index] = service
+                break
+        else:
+            services.append(service)
         write_state(self.config, self.record)
         return service
 
     def spawn(self, name: str, kind: str, port: int, argv: list[str], log: Path, *,
-              env: Mapping[str, str] | None = None, **extra: Any) -> dict[str, Any]:
+              env: Mapping[str, str] | None = None, append: bool = False, **extra: Any) -> dict[str, Any]:
         """Starts a process in a session of its own (so `down` can stop its whole group), its
-        output written to `log` (a new one at each start), detached from our terminal and pipes."""
-        with log.open("wb") as out:
+        output written to `log` (a new one at each `up`; `append` for a piece started again),
+        detached from our terminal and pipes. Its argv is recorded (never its environment, which
+        may hold secrets), so `start NAME` can start it again."""
+        with log.open("ab" if append else "wb") as out:
             proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         return self.add({"name": name, "kind": kind, "port": port, "pid": proc.pid,
-                         "started": start_ticks(proc.pid), "log": str(log), **extra})
+                         "started": start_ticks(proc.pid), "log": str(log), "argv": argv, **extra})
 
     def wait(self, service: dict[str, Any]) -> None:
         """Waits until the service answers; fails with its log tail if it exits or does not answer."""
@@ -473,36 +524,66 @@ class Starter:
         print(f"  {service['name']:<10} {HOST}:{service['port']:<6} pid {service['pid']:<8} ready ({last})",
               flush=True)
 
+    # -- folders other users must reach --
+
+    def runtime(self, why: str) -> Path:
+        """The cluster's own folder outside the checkout (under CLUSTER_RUNTIME_DIR, /var/tmp by
+        default), for the files of pieces that run as another user who cannot enter the checkout
+        (`why` says who). Made once per `up`, recorded in cluster.json; `down` deletes it."""
+        known = self.record.get("runtime")
+        if known:
+            return Path(known)
+        base = Path(os.environ.get("CLUSTER_RUNTIME_DIR") or DEFAULT_RUNTIME_BASE)
+        try:
+            path = Path(tempfile.mkdtemp(prefix=f"{RUNTIME_PREFIX}{self.config.port}-", dir=base))
+            path.chmod(0o711)  # its users enter their own folders in it; nobody lists it
+        except OSError as exc:
+            raise ClusterError(f"{why}, and {base} cannot hold a folder for its files ({exc.strerror}): set "
+                               "CLUSTER_RUNTIME_DIR to a folder every user may enter, or clone the repository "
+                               "where they may (e.g. under /srv or /opt)") from None
+        self.record["runtime"] = str(path)
+        write_state(self.config, self.record)
+        print(f"  {why}: its files go to {path} (deleted by `down`)", flush=True)
+        return path
+
+    def folder_for(self, user: pwd.struct_passwd, name: str, inside: Path, why: str) -> Path:
+        """`inside` (a folder of the checkout) when `user` may enter it, else `name` in the cluster's
+        runtime folder, owned by `user`."""
+        if reaches(user, inside):
+            return inside
+        folder = self.runtime(why) / name
+        folder.mkdir(mode=0o700, exist_ok=True)
+        os.chown(folder, user.pw_uid, user.pw_gid)
+        if not reaches(user, folder):
+            raise ClusterError(f"{why}, nor {folder}: set CLUSTER_RUNTIME_DIR to a folder every user may enter")
+        return folder
+
     # -- PostgreSQL --
 
     def postgres(self) -> dict[str, Any]:
         bin_dir = postgres_bin_dir()
         prefix, owner = as_postgres()
         folder = self.state / "postgres"
-        data = folder / "data"
         log = self.logs / "postgres.log"
+        if owner is not None:
+            outside = self.folder_for(owner, "postgres", self.state,
+                                      f"PostgreSQL runs as `postgres`, which cannot enter {self.state}")
+            if outside != self.state:
+                folder, link = outside, log
+                log = folder / "postgres.log"
+                link.unlink(missing_ok=True)
+                link.symlink_to(log)  # the log is still found where the others are
+        data = folder / "data"
         folder.mkdir(mode=0o700, exist_ok=True)
         log.touch()
         if owner is not None:
             os.chown(folder, owner.pw_uid, owner.pw_gid)
             os.chown(log, owner.pw_uid, owner.pw_gid)
-
-        def run(argv: list[str], what: str, timeout: float) -> None:
-            try:
-                subprocess.run([*prefix, *argv], cwd=folder, check=True, capture_output=True, text=True,
-                               timeout=timeout, stdin=subprocess.DEVNULL)
-            except subprocess.CalledProcessError as exc:
-                raise ClusterError(f"PostgreSQL: {what} failed: {(exc.stderr or exc.stdout).strip()}\n"
-                                   f"the end of {shown(log)}:\n{log_tail(log)}") from None
-            except subprocess.TimeoutExpired:
-                raise ClusterError(f"PostgreSQL: {what} took more than {timeout:.0f} s; the end of "
-                                   f"{shown(log)}:\n{log_tail(log)}") from None
-
-        clear_stale_postmaster_pid(data)
         version_file = data / "PG_VERSION"
         if not version_file.exists():
-            run([str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8",
-                 "--locale=C", "--no-sync"], "initdb", 180)
+            postgres_run(prefix, folder, log, [str(bin_dir / "initdb"), "-D", str(data), "-A", "trust",
+                                               "-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync"],
+                         what="initdb", timeout=180)
         elif version_file.read_text().strip() != bin_dir.parent.name and bin_dir.parent.name.isdigit():
             raise ClusterError(f"{shown(data)} was made by PostgreSQL {version_file.read_text().strip()}, "
                                f"this is {bin_dir.parent.name}: delete {shown(self.state)} for a new cluster")
@@ -510,25 +591,35 @@ class Starter:
             "-p", str(self.config.postgres_port), "-c", f"listen_addresses={HOST}",
             "-c", "unix_socket_directories=", "-c", "synchronous_commit=off",
         ))
-        try:
-            wait_s = self.config.start_timeout_s
-            run([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options, "-w",
-                 "-t", str(int(wait_s)), "start"], "pg_ctl start", wait_s + 30)
-        except BaseException:  # it may be up without having said so: not recorded yet, so stop it here
-            with contextlib.suppress(Exception):
-                subprocess.run([*prefix, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
-                               cwd=folder, check=False, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
-            raise
-        pid = int((data / "postmaster.pid").read_text().split()[0])
-        service = self.add({"name": "postgres", "kind": "postgres", "port": self.config.postgres_port, "pid": pid,
-                            "started": start_ticks(pid), "log": str(log), "bin_dir": str(bin_dir),
-                            "data": str(data), "as_postgres": prefix})
+        service = {"name": "postgres", "kind": "postgres", "port": self.config.postgres_port, "log": str(log),
+                   "bin_dir": str(bin_dir), "data": str(data), "folder": str(folder), "options": options,
+                   "as_postgres": prefix}
+        self.start_postgres(service)
         created = subprocess.run([str(bin_dir / "createdb"), "-h", HOST, "-p", str(self.config.postgres_port),
                                   "-U", "postgres", "adk"], check=False, capture_output=True, text=True, timeout=60)
         if created.returncode != 0 and "already exists" not in created.stderr:
             raise ClusterError(f"PostgreSQL: createdb adk failed: {created.stderr.strip()}")
         self.wait(service)
         return service
+
+    def start_postgres(self, service: dict[str, Any]) -> None:
+        """`pg_ctl start` of a recorded PostgreSQL; records its pid."""
+        prefix, data, log = list(service["as_postgres"]), Path(service["data"]), Path(service["log"])
+        folder, pg_ctl = Path(service.get("folder") or data.parent), str(Path(service["bin_dir"]) / "pg_ctl")
+        clear_stale_postmaster_pid(data)
+        try:
+            wait_s = self.config.start_timeout_s
+            postgres_run(prefix, folder, log, [pg_ctl, "-D", str(data), "-l", str(log), "-o", service["options"],
+                                               "-w", "-t", str(int(wait_s)), "start"],
+                         what="pg_ctl start", timeout=wait_s + 30)
+        except BaseException:  # it may be up without having said so: not recorded yet, so stop it here
+            with contextlib.suppress(Exception):
+                subprocess.run([*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"],
+                               cwd=folder, check=False, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+            raise
+        pid = int((data / "postmaster.pid").read_text().split()[0])
+        self.add({**service, "pid": pid, "started": start_ticks(pid)})
+        service.update(pid=pid, started=start_ticks(pid))
 
     # -- Redis --
 
@@ -555,17 +646,22 @@ class Starter:
             path.chmod(0o600)
         return path.read_text().strip()
 
-    def gateway(self, index: int, port: int, postgres_port: int, redis_port: int) -> dict[str, Any]:
+    def gateway_env(self) -> dict[str, str]:
+        """A gateway's environment: ours, with the cluster's shared secret and artifact folder."""
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         # What one instance signs (an artifact link, a sign-in's state) the other checks, and an
         # artifact one saves the other serves: one secret, one artifact folder for both.
         env.setdefault("ADK_GATEWAY_URL_SIGNING_SECRET", self.shared_secret())
         env.setdefault("ADK_GATEWAY_ARTIFACT_STORE", str(self.state / "artifacts"))
+        return env
+
+    def gateway(self, index: int, port: int, postgres_port: int, redis_port: int) -> dict[str, Any]:
         argv = [gateway_python(), "-m", "gateway", "--host", HOST, "--port", str(port),
                 "--session-store", f"postgresql://postgres@{HOST}:{postgres_port}/adk",
                 "--stream-store", f"redis://{HOST}:{redis_port}/0"]
-        return self.spawn(f"gateway-{index}", "gateway", port, argv, self.logs / f"gateway-{index}.log", env=env)
+        return self.spawn(f"gateway-{index}", "gateway", port, argv, self.logs / f"gateway-{index}.log",
+                          env=self.gateway_env())
 
     # -- nginx --
 
@@ -574,6 +670,11 @@ class Starter:
         folder = self.state / "nginx"
         folder.mkdir(exist_ok=True)
         folder.chmod(0o755)  # workers (nobody, when the master is root) use the temp folders here
+        temp = folder
+        worker = nginx_worker()
+        if worker is not None:
+            temp = self.folder_for(worker, "nginx", folder,
+                                   f"nginx's workers run as `{worker.pw_name}`, which cannot enter {folder}")
         error_log = self.logs / "nginx-error.log"
         try:
             site = render_site_conf(SITE_CONF.read_text(), listen_port=self.config.port,
@@ -582,7 +683,7 @@ class Starter:
         except ValueError as exc:
             raise ClusterError(str(exc)) from None
         (folder / "adk-gateway.conf").write_text(site)
-        temp_paths = "\n".join(f'    {kind}_temp_path "{folder}/{kind}";'
+        temp_paths = "\n".join(f'    {kind}_temp_path "{temp}/{kind}";'
                                for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
         conf = folder / "nginx.conf"
         conf.write_text(f"""# Written by deploy/cluster.py (the site: deploy/nginx/adk-gateway.conf, rewritten).
@@ -610,11 +711,52 @@ http {{
         self.logs.mkdir(mode=0o755, exist_ok=True)
         postgres = self.postgres()
         redis = self.redis()
-        gateways = [self.gateway(i, port, postgres["port"], redis["port"])
-                    for i, port in enumerate(self.config.gateway_ports, start=1)]
+        # The first gateway makes ADK's tables in a new database; two making them at once collide
+        # (a unique violation in PostgreSQL's catalogue stops one), so the others start after it.
+        ports = list(enumerate(self.config.gateway_ports, start=1))
+        first = self.gateway(*ports[0], postgres["port"], redis["port"])
+        self.wait(first)
+        others = [self.gateway(i, port, postgres["port"], redis["port"]) for i, port in ports[1:]]
         nginx = self.nginx()
-        for service in (*gateways, nginx):
+        for service in (*others, nginx):
             self.wait(service)
+
+    def start_again(self, service: Mapping[str, Any]) -> None:
+        """Starts a recorded piece that is not running (`start NAME`), as `up` started it."""
+        kind = service["kind"]
+        if kind == "postgres" and "options" in service:
+            restarted = dict(service)
+            self.start_postgres(restarted)
+        elif kind != "postgres" and "argv" in service:
+            env = self.gateway_env() if kind == "gateway" else None
+            restarted = self.spawn(service["name"], kind, int(service["port"]), list(service["argv"]),
+                                   Path(service["log"]), env=env, append=True)
+        else:
+            raise ClusterError(f"{service['name']} was started by an older deploy/cluster.py: run "
+                               "`make cluster-down`, then `make cluster-up`")
+        self.wait(restarted)
+
+
+def postgres_run(prefix: list[str], folder: Path, log: Path, argv: list[str], *, what: str,
+                 timeout: float) -> None:
+    """Runs one of PostgreSQL's commands (as `postgres` when we are root) in its folder."""
+    try:
+        subprocess.run([*prefix, *argv], cwd=folder, check=True, capture_output=True, text=True,
+                       timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.CalledProcessError as exc:
+        raise ClusterError(f"PostgreSQL: {what} failed: {(exc.stderr or exc.stdout).strip()}\n"
+                           f"the end of {shown(log)}:\n{log_tail(log)}") from None
+    except subprocess.TimeoutExpired:
+        raise ClusterError(f"PostgreSQL: {what} took more than {timeout:.0f} s; the end of "
+                           f"{shown(log)}:\n{log_tail(log)}") from None
+
+
+def postgres_stop(service: Mapping[str, Any], timeout_s: float) -> None:
+    """`pg_ctl stop -m fast`: ends the sessions and writes a checkpoint (the caller then makes sure)."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        subprocess.run([*service.get("as_postgres", []), str(Path(service["bin_dir"]) / "pg_ctl"),
+                        "-D", str(service["data"]), "-m", "fast", "-w", "-t", str(int(timeout_s)), "stop"],
+                       check=False, capture_output=True, timeout=timeout_s + 30, stdin=subprocess.DEVNULL, cwd="/")
 
 
 def up(config: Config) -> int:
@@ -630,23 +772,74 @@ def up(config: Config) -> int:
     if busy:
         raise ClusterError(f"port {', '.join(map(str, busy))} on {HOST} is in use; choose others with "
                            "CLUSTER_PORT (and CLUSTER_GATEWAY_PORTS, CLUSTER_POSTGRES_PORT, CLUSTER_REDIS_PORT)")
+    if existing:  # a cluster that ended without `down` (a reboot): its runtime folder is of no use now
+        remove_runtime(existing.get("runtime"))
     print(f"starting the cluster in {shown(config.state)} (logs in {shown(config.state / 'logs')})", flush=True)
     starter = Starter(config)
     try:
         starter.up()
     except BaseException:
         with contextlib.suppress(Exception):
-            down_services(config, starter.record.get("services", []), quiet=True)
+            down_services(config, starter.record.get("services", []), quiet=True,
+                          runtime=starter.record.get("runtime"))
         raise
     print(config.url)
+    return 0
+
+
+# --- one piece ----------------------------------------------------------------------------------
+
+
+def recorded(config: Config, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The cluster's state and the record of its piece `name`."""
+    state = read_state(config)
+    if state is None:
+        raise ClusterError(f"no cluster on port {config.port} (start one with `make cluster-up`)")
+    for service in state.get("services", []):
+        if service["name"] == name:
+            return state, service
+    names = ", ".join(s["name"] for s in state.get("services", []))
+    raise ClusterError(f"the cluster has no piece {name!r} (it has {names})")
+
+
+def start_one(config: Config, name: str) -> int:
+    """Starts one stopped piece again (after `stop NAME`, or a crash), as `up` started it."""
+    state, service = recorded(config, name)
+    if processes_of(service):
+        print(f"{name} already runs (pid {service['pid']})")
+        return 0
+    Starter(config, record=state).start_again(service)
+    return 0
+
+
+def stop_one(config: Config, name: str) -> int:
+    """Stops one piece (as `down` would) and keeps its record, so `start NAME` starts it again."""
+    _state, service = recorded(config, name)
+    if not processes_of(service):
+        print(f"{name} is not running")
+        return 0
+    if service["kind"] == "postgres":
+        postgres_stop(service, config.stop_timeout_s)
+    stop_services([service], config.stop_timeout_s)
+    if service["kind"] == "postgres":
+        clear_stale_postmaster_pid(Path(service["data"]))
+    print(f"stopped {name} (pid {service['pid']})")
     return 0
 
 
 # --- down ---------------------------------------------------------------------------------------
 
 
-def down_services(config: Config, services: list[Mapping[str, Any]], *, quiet: bool = False) -> None:
-    """Stops nginx, then the gateways, then Redis and PostgreSQL; removes cluster.json."""
+def remove_runtime(runtime: str | None) -> None:
+    """Deletes the cluster's runtime folder (only one that `Starter.runtime` made)."""
+    if runtime and Path(runtime).name.startswith(RUNTIME_PREFIX):
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def down_services(config: Config, services: list[Mapping[str, Any]], *, quiet: bool = False,
+                  runtime: str | None = None) -> None:
+    """Stops nginx, then the gateways, then Redis and PostgreSQL; removes cluster.json and the
+    runtime folder."""
     def say(text: str) -> None:
         if not quiet:
             print(text, flush=True)
@@ -659,12 +852,7 @@ def down_services(config: Config, services: list[Mapping[str, Any]], *, quiet: b
             continue
         if kind == "postgres":
             for service in live:  # a fast shutdown first: it ends the sessions and writes a checkpoint
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    subprocess.run([*service.get("as_postgres", []), str(Path(service["bin_dir"]) / "pg_ctl"),
-                                    "-D", str(service["data"]), "-m", "fast", "-w",
-                                    "-t", str(int(config.stop_timeout_s)), "stop"],
-                                   check=False, capture_output=True, timeout=config.stop_timeout_s + 30,
-                                   stdin=subprocess.DEVNULL, cwd="/")
+                postgres_stop(service, config.stop_timeout_s)
         try:
             stop_services(live, config.stop_timeout_s)
         except ClusterError as exc:
@@ -675,6 +863,7 @@ def down_services(config: Config, services: list[Mapping[str, Any]], *, quiet: b
         say("stopped " + ", ".join(f"{s['name']} (pid {s['pid']})" for s in live))
     if problems:
         raise ClusterError("; ".join(problems))
+    remove_runtime(runtime)
     with contextlib.suppress(FileNotFoundError):
         (config.state / STATE_FILE).unlink()
 
@@ -684,8 +873,11 @@ def down(config: Config) -> int:
     if state is None:
         print(f"no cluster on port {config.port} ({shown(config.state / STATE_FILE)} does not exist)")
         return 0
-    down_services(config, state.get("services", []))
-    print(f"the cluster on {config.url} is down (data kept in {shown(config.state)})")
+    down_services(config, state.get("services", []), runtime=state.get("runtime"))
+    if state.get("runtime"):
+        print(f"the cluster on {config.url} is down ({state['runtime']} deleted, with its database)")
+    else:
+        print(f"the cluster on {config.url} is down (data kept in {shown(config.state)})")
     return 0
 
 
@@ -722,13 +914,22 @@ def main(argv: Iterable[str] | None = None) -> int:
         prog="deploy/cluster.py",
         description="A local adk-gateway cluster (PostgreSQL, Redis, two gateways, nginx) on 127.0.0.1.",
         epilog="Settings come from the environment: CLUSTER_PORT (8088), CLUSTER_GATEWAY_PORTS, "
-               "CLUSTER_POSTGRES_PORT, CLUSTER_REDIS_PORT, CLUSTER_START_TIMEOUT_S, CLUSTER_STOP_TIMEOUT_S; "
-               "ADK_GATEWAY_* settings reach the gateways.",
+               "CLUSTER_POSTGRES_PORT, CLUSTER_REDIS_PORT, CLUSTER_START_TIMEOUT_S, CLUSTER_STOP_TIMEOUT_S, "
+               "CLUSTER_RUNTIME_DIR; ADK_GATEWAY_* settings reach the gateways.",
     )
-    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("command", choices=("up", "down", "status", "start", "stop"),
+                        help="start/stop: one piece of a running cluster, by name (e.g. redis, gateway-1)")
+    parser.add_argument("name", nargs="?", help="the piece, for start and stop")
     args = parser.parse_args(None if argv is None else list(argv))
+    if (args.command in ("start", "stop")) != (args.name is not None):
+        parser.error("start and stop take the name of one piece (postgres, redis, gateway-1, ..., nginx); "
+                     "up, down and status take none")
     try:
         config = load_config(os.environ)
+        if args.command == "start":
+            return start_one(config, args.name)
+        if args.command == "stop":
+            return stop_one(config, args.name)
         return {"up": up, "down": down, "status": status}[args.command](config)
     except ClusterError as exc:
         print(f"cluster {args.command}: {exc}", file=sys.stderr)

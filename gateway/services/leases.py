@@ -7,10 +7,17 @@ can get requests for the same chat at once, so before a run starts its chat's le
 an engine every instance shares, and given back when the run has ended:
 
 - `RedisLeases` (chosen when the stream store is Redis): `SET lease-key token NX PX ttl`. The
-  holder renews it every third of the TTL with a compare-and-set script, and releases it with a
-  compare-and-delete, so an instance never extends or frees a lease another instance holds now
-  (the random token fences it). A lease that cannot be renewed (Redis lost it, or another instance
-  took it after an expiry) is reported lost, and the run is stopped.
+  holder renews it every third of the TTL (the heartbeat: 1 s, for a 3 s TTL) with a
+  compare-and-set script, and releases it with a compare-and-delete, so an instance never extends
+  or frees a lease another instance holds now (the random token fences it). The short TTL is how a
+  dead instance (`kill -9`, a lost host) is noticed: its chats are free again at most `ttl` after
+  its last heartbeat, with nobody waiting for longer expiries.
+  Redis trouble is not a loss. A renewal that fails (Redis unreachable) is tried again at the next
+  beat; a renewal that finds the key gone (Redis restarted and lost it, or it expired while Redis
+  was out of reach) takes it again with the same token, unless another instance holds it by then.
+  Only then is the lease lost: the holder's `on_lost` is called (the registry ends the run with an
+  `error` chunk that says so). Taking a lease while Redis does not answer raises
+  `StoreUnavailable` (503 `store_unavailable` + `Retry-After`), never an unexpected error.
 - `PostgresLeases` (chosen when only the session store is PostgreSQL): a session-level advisory
   lock, `pg_try_advisory_lock(key)`, on a connection held for the run; the server frees it if the
   instance dies.
@@ -32,14 +39,27 @@ from urllib.parse import quote
 
 import structlog
 
+from gateway.core.errors import StoreUnavailable
 from gateway.services.streams import ChatKey
 
-__all__ = ["Lease", "Leases", "LocalLeases", "PostgresLeases", "RedisLeases", "leases_for"]
+__all__ = ["LEASE_TTL_MS", "Lease", "Leases", "LocalLeases", "PostgresLeases", "RedisLeases", "leases_for"]
 
 log = structlog.get_logger("gateway.services.leases")
 
+# A chat lease's time to live in Redis; its holder renews it every third of that (the heartbeat).
+# A dead holder's chats are free again within this long; a live holder whose event loop or Redis
+# link stalls for longer keeps its lease unless another instance claimed the chat meanwhile.
+LEASE_TTL_MS: Final = 3_000
+UNREACHABLE_TEXT: Final = "The gateway's shared store (Redis) is not reachable; try again."
+PG_UNREACHABLE_TEXT: Final = "The session store is not available; try again."
+
+# Renew a held lease (1), take it again if it is gone, e.g. after a Redis restart (2), or say that
+# another holder has it (0).
 _RENEW: Final = """
-if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end
+local holder = redis.call('get', KEYS[1])
+if holder == ARGV[1] then redis.call('pexpire', KEYS[1], ARGV[2]) return 1 end
+if not holder then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 2 end
+return 0
 """
 _RELEASE: Final = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end
@@ -93,10 +113,12 @@ class LocalLeases(Leases):
 
 
 class RedisLeases(Leases):
-    def __init__(self, url: str, *, ttl_ms: int = 15_000, prefix: str = "adkgw:lease") -> None:
+    def __init__(self, url: str, *, ttl_ms: int = LEASE_TTL_MS, prefix: str = "adkgw:lease") -> None:
         import redis.asyncio as aioredis
+        from redis.exceptions import RedisError
 
         self.redis: Any = aioredis.Redis.from_url(url, decode_responses=True)
+        self._unreachable: tuple[type[BaseException], ...] = (RedisError, OSError)
         self.ttl_ms = ttl_ms
         self.prefix = prefix
         self._renew = self.redis.register_script(_RENEW)
@@ -107,21 +129,32 @@ class RedisLeases(Leases):
 
     async def acquire(self, key: ChatKey, on_lost: Callable[[], None]) -> Lease | None:
         name, token = self._name(key), secrets.token_hex(16)
-        if not await self.redis.set(name, token, nx=True, px=self.ttl_ms):
+        try:
+            taken = await self.redis.set(name, token, nx=True, px=self.ttl_ms)
+        except self._unreachable as exc:
+            log.warning("lease_store_unreachable", chat_id=key[1], error=repr(exc))
+            raise StoreUnavailable(UNREACHABLE_TEXT, detail=f"lease: {exc!r}") from None
+        if not taken:
             return None
 
         async def keep() -> None:
+            failing = False
             while True:
                 await asyncio.sleep(self.ttl_ms / 3000)
                 try:
                     renewed = await self._renew(keys=[name], args=[token, self.ttl_ms])
                 except Exception as exc:
-                    log.warning("lease_renew_failed", chat_id=key[1], error=repr(exc))
-                    continue  # try again; the lease still has two thirds of its time
+                    if not failing:  # once per outage, not once a beat
+                        log.warning("lease_renew_failed", chat_id=key[1], error=repr(exc))
+                    failing = True
+                    continue  # the next beat tries again; Redis losing the key is not a loss (below)
                 if not renewed:
                     log.error("lease_lost", chat_id=key[1])
                     on_lost()
                     return
+                if failing or renewed == 2:
+                    log.info("lease_renewed_again", chat_id=key[1], retaken=renewed == 2)
+                failing = False
 
         async def release() -> None:
             await self._release(keys=[name], args=[token])
@@ -151,11 +184,22 @@ class PostgresLeases(Leases):
         return int.from_bytes(digest, "big", signed=True)
 
     async def acquire(self, key: ChatKey, on_lost: Callable[[], None]) -> Lease | None:
-        pool = await self._connections()
-        connection = await pool.acquire()
+        import asyncpg
+
+        unreachable = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
+        try:
+            pool = await self._connections()
+            connection = await pool.acquire()
+        except unreachable as exc:
+            log.warning("lease_store_unreachable", chat_id=key[1], error=repr(exc))
+            raise StoreUnavailable(PG_UNREACHABLE_TEXT, detail=f"lease: {exc!r}") from None
         lock = self.lock_id(key)
         try:
             granted = await connection.fetchval("SELECT pg_try_advisory_lock($1)", lock)
+        except unreachable as exc:
+            await pool.release(connection)
+            log.warning("lease_store_unreachable", chat_id=key[1], error=repr(exc))
+            raise StoreUnavailable(PG_UNREACHABLE_TEXT, detail=f"lease: {exc!r}") from None
         except BaseException:
             await pool.release(connection)
             raise

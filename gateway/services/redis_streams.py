@@ -48,28 +48,52 @@ Keys (all of one chat share a hash tag, so every script touches one cluster slot
     {prefix}:{<user>:<chat>}:<run>:chunks   stream: one entry per chunk (`c`: its JSON), then `end`
                                             (or `lost`: the writer fell behind)
     {prefix}:{<user>:<chat>}:<run>:meta     hash: user, chat, run, closed, delivered,
-                                            overflowed, prefix (the replay prefix, JSON)
+                                            overflowed, beats, prefix (the replay prefix, JSON)
+    {prefix}:{<user>:<chat>}:<run>:alive    string: the writer's heartbeat (short TTL)
 
-User and chat ids are percent-encoded in keys. While a run is going, its keys carry a *lease*
-TTL (`lease_s`) that the writer refreshes every `lease_s / 3`; if the writer dies, the keys
-expire and remote followers end with an `error` chunk instead of waiting forever. When the run
-ends, `current` expires after `retention_s` (as long as it still names this run: a newer run of
-the chat is never touched) and the run's stream and flags `grace_s` later, so followers that are
-mid-read still get the end.
+User and chat ids are percent-encoded in keys. While a run is going, its keys carry a TTL of
+`lease_s` (30 s), and its writer *beats* every `heartbeat_s` (1 s): one pipelined script per
+beat for all the process's running runs sets each run's `alive` key for `alive_s` (4 s) and
+refreshes the other keys. A writer that dies (`kill -9`, a lost host) stops beating, so `alive`
+is gone at most `alive_s` after its last beat; a remote follower checks it whenever `XREAD
+BLOCK` (at most `heartbeat_s`) times out and ends with an `error` chunk ("the server running it
+went away") within about `alive_s + heartbeat_s` of the death, not after the keys' expiry. A
+resume of the dead run meanwhile still replays what Redis has, then ends the same way. (Meta
+written without `beats`, by an older gateway, is judged by its keys alone, as before.) When the
+run ends, `alive` is deleted, `current` expires after `retention_s` (as long as it still names
+this run: a newer run of the chat is never touched) and the run's stream and flags `grace_s`
+later, so followers that are mid-read still get the end.
 
 Stops. `POST /api/chat/{id}/stop` on a process that does not run the chat publishes the chat on
 the `{prefix}:stop` channel; every process listens (`listen_for_stops`) and the one running it
 stops it. (A socket's `abort` names a request of that socket, so it is always local.)
 
+Redis going away (a restart loses every key: the server keeps no data) never fails a run, and
+nothing waits for it:
+
+- The mirror that fails to write logs it, lets go of the log (the run is never held back by it,
+  and the log keeps its chunks anyway while under its cap), and waits for Redis to answer again
+  (backing off up to a second). Then it writes the run again from its first chunk, with the same
+  entry ids (what a failed write left half-done is deleted first), so the run is resumable again
+  and remote followers go on from where they were. A run that overflowed meanwhile is rewritten
+  from its oldest kept chunk and flagged `overflowed` (not offered; followers end with an
+  `error`). A run that ended and was delivered, or is past `retention_s`, is not rewritten.
+- The beat that fails is tried again at the next beat; `alive` comes back with the first beat
+  after Redis does.
+- A remote follower whose read fails retries until Redis answers again, for up to `alive_s`
+  (then an `error` chunk saying the store is unreachable). A run whose keys have vanished (Redis
+  lost them) is given `alive_s` for its writer to write them again before its followers end.
+- `lookup` falls back to this process's own logs; the stop listener subscribes again.
+
 Limits: one Redis server, reached with `redis.asyncio.Redis.from_url` (the keys are cluster-slot
-safe, but no cluster or Sentinel client is set up); one run per chat is enforced per process, not
-across processes. Redis errors never fail a run: the mirror logs and stops (and no longer holds the
-local log's chunks), and `lookup` falls back to the local store.
+safe, but no cluster or Sentinel client is set up); one run per chat across processes is the
+chat lease's (`gateway.services.leases`), not this store's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import time
 import uuid
@@ -82,7 +106,9 @@ from urllib.parse import quote
 
 import redis.asyncio as aioredis
 import structlog
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.services.streams import ChatKey, Follower, FollowerOverrun, LogEntry, MemoryStreamStore, StreamLog
 
@@ -96,10 +122,17 @@ LOST_WRITER_TEXT: Final = "The stream was interrupted: the server running it wen
 SHUTDOWN_TEXT: Final = "This server is shutting down: resume the stream again."
 INCOMPLETE_TEXT: Final = "The stream can no longer be resumed completely."
 READ_FAILED_TEXT: Final = "The stream could not be read."
+UNREACHABLE_TEXT: Final = "The stream was interrupted: the shared store (Redis) is not reachable. Resume it again."
+HEARTBEAT_S: Final = 1.0  # how often a writer beats (sets its runs' `alive` keys)
+ALIVE_S: Final = 4.0  # how long a beat lasts: a writer silent this long is gone
+RETRY_MAX_S: Final = 1.0  # the longest pause between tries to reach Redis again
 
-# Refresh a running run's lease, unless it has ended (never resurrect or extend an ended run).
+# A writer's beat for one running run: its `alive` key for another `alive` ms, and its keys' TTL
+# refreshed, unless it has ended (an ended run is never extended). Keys that are gone (Redis lost
+# them) stay gone here: the run's mirror writes them again.
 _LEASE = """
-if redis.call('HGET', KEYS[3], 'closed') ~= '0' then return 0 end
+if redis.call('HGET', KEYS[3], 'closed') == '1' then return 0 end
+redis.call('SET', KEYS[4], '1', 'PX', ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('PEXPIRE', KEYS[3], ARGV[2])
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
@@ -111,6 +144,7 @@ _END = """
 if redis.call('EXISTS', KEYS[3]) == 0 then return 0 end
 redis.call('XADD', KEYS[2], ARGV[2], 'end', '1')
 redis.call('HSET', KEYS[3], 'closed', '1')
+redis.call('DEL', KEYS[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -142,6 +176,7 @@ class RunKeys:
     current: str
     chunks: str
     meta: str
+    alive: str
 
     @staticmethod
     def chat_base(prefix: str, key: ChatKey) -> str:
@@ -150,7 +185,8 @@ class RunKeys:
     @classmethod
     def of(cls, prefix: str, key: ChatKey, run_id: str) -> RunKeys:
         base = cls.chat_base(prefix, key)
-        return cls(current=f"{base}:current", chunks=f"{base}:{run_id}:chunks", meta=f"{base}:{run_id}:meta")
+        return cls(current=f"{base}:current", chunks=f"{base}:{run_id}:chunks", meta=f"{base}:{run_id}:meta",
+                   alive=f"{base}:{run_id}:alive")
 
 
 @dataclass(eq=False)
@@ -185,6 +221,7 @@ class RemoteStreamLog(StreamLog):
         # Where the puller is in the Redis stream (kept, so a later puller goes on from there).
         self._last_id = "0-0"
         self._expected = 1  # entry ids are 0-<sequence+1>; a gap means Redis trimmed the start
+        self._vanished_at: float | None = None  # when the puller first found the run's keys gone
 
     def attach(self, start: int = 0, *, replay: bool = False, budget: int = 0) -> Follower:
         """A follower (see `StreamLog.attach`); the first one starts the puller."""
@@ -205,19 +242,53 @@ class RemoteStreamLog(StreamLog):
             self.append({"type": "error", "errorText": text})
             self.close()
 
+    async def _writer_gone(self, now: float) -> bool:
+        """Whether the run's writer is gone: it beats and its `alive` key has expired, or the run's
+        keys are gone and stay gone for `alive_s` (Redis lost them: its writer writes them again)."""
+        store = self._store
+        async with store.redis.pipeline(transaction=False) as pipe:
+            pipe.exists(self.keys.alive)
+            pipe.hmget(self.keys.meta, ["closed", "beats"])
+            alive, (closed, beats) = await pipe.execute()
+        if closed is None:
+            if self._vanished_at is None:
+                self._vanished_at = now
+            return now - self._vanished_at >= store.alive_s
+        self._vanished_at = None
+        return closed != "1" and beats == "1" and not alive
+
     async def _pull(self) -> None:
         """Copies the run's Redis entries into this log, from the first one, until the end entry."""
         store = self._store
-        block_ms = _ms(store.block_s)
+        block_ms = _ms(min(store.block_s, store.heartbeat_s))
+        loop = asyncio.get_running_loop()
+        unreachable_since: float | None = None
+        spared_until = 0.0  # after Redis was out of reach, its writer gets `alive_s` to beat again
         try:
             while not self.closed:
-                reply = await store.redis.xread({self.keys.chunks: self._last_id}, count=READ_COUNT,
-                                                block=block_ms)
-                if not reply:
-                    if not await store.redis.exists(self.keys.meta):
-                        log.warning("redis_stream_writer_lost", chat_id=self.key[1], run_id=self.run_id)
-                        self._fail(LOST_WRITER_TEXT)
+                try:
+                    reply = await store.redis.xread({self.keys.chunks: self._last_id}, count=READ_COUNT,
+                                                    block=block_ms)
+                    gone = not reply and loop.time() >= spared_until and await self._writer_gone(loop.time())
+                except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                    now = loop.time()
+                    if unreachable_since is None:
+                        unreachable_since = now
+                        log.warning("redis_stream_read_interrupted", chat_id=self.key[1], run_id=self.run_id,
+                                    error=repr(exc))
+                    if now - unreachable_since >= store.alive_s:
+                        self._fail(UNREACHABLE_TEXT)
+                        return
+                    await asyncio.sleep(min(RETRY_MAX_S, store.heartbeat_s))
                     continue
+                if unreachable_since is not None:
+                    unreachable_since = None
+                    spared_until = loop.time() + store.alive_s
+                    log.info("redis_stream_read_resumed", chat_id=self.key[1], run_id=self.run_id)
+                if gone:
+                    log.warning("redis_stream_writer_lost", chat_id=self.key[1], run_id=self.run_id)
+                    self._fail(LOST_WRITER_TEXT)
+                    return
                 for _name, entries in reply:
                     for entry_id, fields in entries:
                         entry = str(entry_id)
@@ -257,6 +328,8 @@ class RedisStreamStore:
         lease_s: float = 30.0,
         grace_s: float = 30.0,
         block_s: float = 5.0,
+        heartbeat_s: float = HEARTBEAT_S,
+        alive_s: float = ALIVE_S,
         prefix: str = "adk-gateway:stream",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -266,6 +339,9 @@ class RedisStreamStore:
         self.lease_s = lease_s
         self.grace_s = grace_s
         self.block_s = block_s
+        # A beat at least three times per key TTL, and a beat never outlives the keys it vouches for.
+        self.heartbeat_s = min(heartbeat_s, lease_s / 3)
+        self.alive_s = min(alive_s, lease_s)
         self.prefix = prefix
         self.redis: aioredis.Redis = aioredis.Redis.from_url(url, decode_responses=True)
         self.clock = clock  # the clock of `StreamLog.closed_at`
@@ -298,7 +374,7 @@ class RedisStreamStore:
         mirror.task = self._spawn(self._mirror(mirror), f"redis-mirror:{run_id}")
         log.when_delivered(lambda _log: self._after_delivered(mirror))
         if self._refresher is None or self._refresher.done():
-            self._refresher = self._spawn(self._refresh_leases(), "redis-leases")
+            self._refresher = self._spawn(self._refresh_leases(), "redis-leases", fresh_context=True)
 
     def end_resumes(self) -> None:
         """Shutdown: every resume this process serves of another process's run ends now, with an
@@ -383,7 +459,7 @@ class RedisStreamStore:
 
     def listen_for_stops(self, on_stop: Callable[[ChatKey], None]) -> None:
         """Calls `on_stop(key)` for every chat another process was asked to stop."""
-        self._spawn(self._stop_listener(on_stop), "redis-stop-listener", reader=True)
+        self._spawn(self._stop_listener(on_stop), "redis-stop-listener", reader=True, fresh_context=True)
 
     async def broadcast_stop(self, key: ChatKey) -> int:
         """Asks every process to stop the chat's run; returns how many processes heard it."""
@@ -395,10 +471,14 @@ class RedisStreamStore:
         return int(heard)
 
     async def _stop_listener(self, on_stop: Callable[[ChatKey], None]) -> None:
+        failing = False
         while True:
             try:
                 async with self.redis.pubsub() as pubsub:
                     await pubsub.subscribe(self.stop_channel)
+                    if failing:
+                        log.info("redis_stop_listener_resumed")
+                        failing = False
                     async for message in pubsub.listen():
                         if message.get("type") != "message":
                             continue
@@ -408,8 +488,10 @@ class RedisStreamStore:
                             continue
                         on_stop((str(user), str(chat)))
             except (RedisError, OSError) as exc:
-                log.warning("redis_stop_listener_failed", error=repr(exc))
-                await asyncio.sleep(self.block_s)  # back off, then subscribe again
+                if not failing:  # once per outage, not once a try
+                    log.warning("redis_stop_listener_failed", error=repr(exc))
+                failing = True
+                await asyncio.sleep(min(self.block_s, RETRY_MAX_S))  # back off, then subscribe again
 
     # --- health --------------------------------------------------------------------------------
 
@@ -422,11 +504,15 @@ class RedisStreamStore:
 
     # --- writing -------------------------------------------------------------------------------
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], name: str, *, reader: bool = False) -> asyncio.Task[None]:
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str, *, reader: bool = False,
+               fresh_context: bool = False) -> asyncio.Task[None]:
         """Starts a store-owned task: writers (mirrors, flags) get a moment to finish at close,
-        readers (pullers) are cancelled at once."""
+        readers (pullers) are cancelled at once. `fresh_context`: a task of the whole store (the
+        heartbeat, the stop listener), whose log lines must not carry the ids of the request that
+        happened to start it."""
         tasks = self._readers if reader else self._tasks
-        task = asyncio.get_running_loop().create_task(coro, name=name)
+        context = contextvars.Context() if fresh_context else None
+        task = asyncio.get_running_loop().create_task(coro, name=name, context=context)
         tasks.add(task)
         task.add_done_callback(tasks.discard)
         return task
@@ -449,36 +535,79 @@ class RedisStreamStore:
 
     async def _mirror(self, mirror: _Mirror) -> None:
         stream_log, keys = mirror.log, mirror.keys
-        lease_ms = _ms(self.lease_s)
+        again = False
         try:
-            begin = self.redis.pipeline(transaction=True)
-            begin.hset(keys.meta, mapping={
-                "user": stream_log.key[0],
-                "chat": stream_log.key[1],
-                "run": mirror.run_id,
-                "closed": "0",
-                "delivered": "0",
-                "overflowed": "0",
-                "prefix": json.dumps(stream_log.replay_prefix, separators=(",", ":"), default=str),
-            })
-            begin.pexpire(keys.meta, lease_ms)
-            begin.set(keys.current, mirror.run_id, px=lease_ms)
-            await begin.execute()
-            await self._copy(mirror)
-            ended = await self._end(
-                keys=[keys.current, keys.chunks, keys.meta],
-                args=[mirror.run_id, f"0-{mirror.next_id}", int(self.retention_s * 1000),
-                      _ms(self.retention_s + self.grace_s)],
-            )
-            if not ended:
-                log.warning("redis_stream_lease_lost", chat_id=stream_log.key[1], run_id=mirror.run_id)
-        except asyncio.CancelledError:
-            raise
-        except (RedisError, OSError) as exc:
-            log.warning("redis_mirror_failed", chat_id=stream_log.key[1], run_id=mirror.run_id, error=repr(exc))
+            while True:
+                try:
+                    await self._begin(mirror, again=again)
+                    await self._copy(mirror)
+                    ended = await self._end(
+                        keys=[keys.current, keys.chunks, keys.meta, keys.alive],
+                        args=[mirror.run_id, f"0-{mirror.next_id}", int(self.retention_s * 1000),
+                              _ms(self.retention_s + self.grace_s)],
+                    )
+                    if not ended:
+                        log.warning("redis_stream_lease_lost", chat_id=stream_log.key[1], run_id=mirror.run_id)
+                    return
+                except (RedisError, OSError) as exc:
+                    log.warning("redis_mirror_failed", chat_id=stream_log.key[1], run_id=mirror.run_id,
+                                error=repr(exc))
+                    if not await self._reconnect(mirror):
+                        return
+                    again = True
         finally:
             mirror.follower.detach()
             mirror.done = True
+
+    async def _begin(self, mirror: _Mirror, *, again: bool) -> None:
+        """Writes the run's flags and makes it the chat's current run. `again`: after Redis was out
+        of reach (and may have lost everything): what a failed write left is deleted, so the run
+        is written anew, and `current` is set only if no other run took it meanwhile."""
+        stream_log, keys = mirror.log, mirror.keys
+        lease_ms = _ms(self.lease_s)
+        begin = self.redis.pipeline(transaction=True)
+        if again:
+            begin.delete(keys.chunks)
+        begin.hset(keys.meta, mapping={
+            "user": stream_log.key[0],
+            "chat": stream_log.key[1],
+            "run": mirror.run_id,
+            "closed": "0",
+            "delivered": "1" if stream_log.delivered else "0",
+            "overflowed": "1" if mirror.overflow_flagged else "0",
+            "beats": "1",
+            "prefix": json.dumps(stream_log.replay_prefix, separators=(",", ":"), default=str),
+        })
+        begin.pexpire(keys.meta, lease_ms)
+        begin.set(keys.alive, "1", px=_ms(self.alive_s))
+        begin.set(keys.current, mirror.run_id, px=lease_ms, nx=again)
+        await begin.execute()
+
+    async def _reconnect(self, mirror: _Mirror) -> bool:
+        """After a failed write: lets go of the log, waits until Redis answers, then follows the log
+        again from its oldest chunk, to write the run anew. False when nothing is worth writing any
+        more (the run ended and was delivered, or is past its retention)."""
+        stream_log = mirror.log
+        mirror.follower.detach()  # a mirror that cannot write never holds the run back
+        pause = 0.1
+        while True:
+            closed_at = stream_log.closed_at
+            if closed_at is not None and (stream_log.delivered or self.clock() - closed_at >= self.retention_s):
+                log.info("redis_mirror_given_up", chat_id=stream_log.key[1], run_id=mirror.run_id)
+                return False
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RETRY_MAX_S)
+            if await self.ping():
+                break
+        start = stream_log.first
+        mirror.follower = stream_log.attach(start)
+        mirror.sizes.clear()
+        mirror.kept_bytes = 0
+        mirror.next_id = start + 1
+        if start > 0 or stream_log.overflowed:
+            mirror.overflow_flagged = True  # written by `_begin`: its start is lost, no process offers it
+        log.info("redis_mirror_resumed", chat_id=stream_log.key[1], run_id=mirror.run_id, from_sequence=start)
+        return True
 
     async def _copy(self, mirror: _Mirror) -> None:
         """Writes the log's chunks to Redis as they come, until the log is closed and written."""
@@ -536,20 +665,29 @@ class RedisStreamStore:
         mirror.next_id += 1
 
     async def _refresh_leases(self) -> None:
-        """Keeps running runs' keys alive; a dead process's keys expire after `lease_s`."""
+        """The writer's heartbeat: every `heartbeat_s`, each running run's `alive` key is set for
+        `alive_s` and its keys' TTL refreshed. A dead process's runs are noticed within `alive_s`
+        (their keys expire after `lease_s`)."""
+        failing = False
         while True:
-            await asyncio.sleep(self.lease_s / 3)
+            await asyncio.sleep(self.heartbeat_s)
             running = [m for m in self._mirrors.values() if not m.done]
             if not running:
                 continue
             try:
                 async with self.redis.pipeline(transaction=False) as pipe:
                     for m in running:
-                        await self._lease(keys=[m.keys.current, m.keys.chunks, m.keys.meta],
-                                          args=[m.run_id, _ms(self.lease_s)], client=pipe)
+                        await self._lease(keys=[m.keys.current, m.keys.chunks, m.keys.meta, m.keys.alive],
+                                          args=[m.run_id, _ms(self.lease_s), _ms(self.alive_s)], client=pipe)
                     await pipe.execute()
             except (RedisError, OSError) as exc:
-                log.warning("redis_lease_refresh_failed", runs=len(running), error=repr(exc))
+                if not failing:  # once per outage, not once a beat
+                    log.warning("redis_lease_refresh_failed", runs=len(running), error=repr(exc))
+                failing = True
+                continue
+            if failing:
+                log.info("redis_lease_refresh_resumed", runs=len(running))
+            failing = False
 
     def _after_delivered(self, mirror: _Mirror) -> None:
         async def flag() -> None:

@@ -20,7 +20,10 @@ How it works
 - The registry is the one list of open connections: a WebSocket's connection holds its socket
   (`Connection.socket`), and shutdown closes the sockets it finds here (`Registry.sockets`).
 - Across instances, a claim also takes the chat's lease (`gateway.services.leases`: Redis or PostgreSQL)
-  and the run gives it back when it ends; a chat leased elsewhere is busy like a local one.
+  and the run gives it back when it ends; a chat leased elsewhere is busy like a local one, and a
+  lease store that does not answer within the same grace is a 503 `store_unavailable`. A lease
+  lost while the run goes on (another instance claimed the chat) ends the run with an `error`
+  chunk saying so, then stops it.
 
 Caps (`Limits`, from the settings) are answered here, before anything streams:
 
@@ -77,7 +80,7 @@ import structlog
 
 from gateway import logs
 from gateway.config import Settings
-from gateway.core.errors import ChatBusy, LimitReached, Overloaded, TooManyRuns, TooManySockets
+from gateway.core.errors import ChatBusy, LimitReached, Overloaded, StoreUnavailable, TooManyRuns, TooManySockets
 from gateway.metrics import Metrics
 from gateway.services.auth import ANONYMOUS
 from gateway.services.leases import Lease, Leases, LocalLeases
@@ -91,6 +94,8 @@ log = structlog.get_logger("gateway.services.registry")
 
 SEND_WINDOW_S: Final = 60.0
 LEASE_RETRY_S: Final = 0.05
+LEASE_LOST_TEXT: Final = ("This answer was stopped: another server took the chat over while this one could not "
+                          "reach the shared store. Send the message again.")
 # A client that keeps sending into a full window, ignoring the `rate_limited` error frames, is
 # closed (1008) once its refused sends in the window reach this many times its limit: by then it
 # has sent three times its budget within one minute.
@@ -546,16 +551,32 @@ class Registry:
 
     async def _take_lease(self, run: ChatRun) -> Lease:
         """The chat's lease across instances (see gateway.services.leases); like a busy chat here, a chat
-        whose run lives on another instance gets the short grace before `ChatBusy`."""
+        whose run lives on another instance gets the short grace before `ChatBusy`, and a lease store
+        that does not answer gets it too before `StoreUnavailable` (503)."""
         deadline = asyncio.get_running_loop().time() + self.busy_grace_s
         while True:
-            lease = await self.leases.acquire(run.key, on_lost=run.cancel)
-            if lease is not None:
-                return lease
-            if asyncio.get_running_loop().time() >= deadline:
-                log.info("chat_leased_elsewhere", chat_id=run.key[1])
-                raise ChatBusy(detail="the chat's run lives on another instance")
+            try:
+                lease = await self.leases.acquire(run.key, on_lost=functools.partial(self._lease_lost, run))
+            except StoreUnavailable:
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise
+                lease = None
+            else:
+                if lease is not None:
+                    return lease
+                if asyncio.get_running_loop().time() >= deadline:
+                    log.info("chat_leased_elsewhere", chat_id=run.key[1])
+                    raise ChatBusy(detail="the chat's run lives on another instance")
             await asyncio.sleep(LEASE_RETRY_S)
+
+    @staticmethod
+    def _lease_lost(run: ChatRun) -> None:
+        """Another instance holds the chat's lease now (ours expired while this instance could not
+        renew it, and the chat was claimed there): this run must not go on beside that one. The
+        client is told why with an `error` chunk before the run is cancelled; nobody pressed stop."""
+        if run.active and not run.stopping and not run.log.closed:
+            run.log.append({"type": "error", "errorText": LEASE_LOST_TEXT})
+        run.cancel()
 
     def _check_caps(self, user_id: str, *, live: bool) -> None:
         limits = self.limits
@@ -591,10 +612,16 @@ class Registry:
     def start(self, run: ChatRun, body: Coroutine[Any, Any, None]) -> None:
         """Runs `body` as the run's task; when it has ended, the run is forgotten (`_forget`)
         inside the task, so that once the task is done the run is too."""
-        task = asyncio.get_running_loop().create_task(self._running(run, body), name=f"run:{run.key[1]}")
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(self._running(run, body), name=f"run:{run.key[1]}")
         run.task = task
         # A task cancelled before its first step never runs `_running`'s `finally`.
         task.add_done_callback(functools.partial(self._ended, run, body))
+        if run.stopping:
+            # A stop that came between the claim and now (a local stop, or one forwarded from
+            # another instance) found no task to cancel: the run stops as soon as its body has
+            # begun (after its first step, so the body ends it as it ends any stopped run).
+            loop.call_soon(run.cancel)
 
     async def _running(self, run: ChatRun, body: Coroutine[Any, Any, None]) -> None:
         scope = TaskScope(f"run:{run.key[1]}")

@@ -11,10 +11,14 @@ import uuid
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from agents.adk import AgentHost, session_service_from_uri
+from agents.demo import build_demo_agent
 from gateway.app import make_app
 from gateway.config import Settings
+from gateway.core.errors import StartupError
 
 from .conftest import chat_body, read_sse, user_message
 
@@ -88,10 +92,23 @@ async def test_approval_survives_a_restart(postgres_url: str) -> None:
         assert (await replay.json())["error"]["code"] == "approval_invalid"
 
 
-async def test_readyz_reports_an_unreachable_store() -> None:
+async def test_a_store_that_does_not_answer_stops_the_start() -> None:
     # A port nothing listens on: the store is configured but unreachable.
     settings = Settings(session_store="postgresql://postgres@127.0.0.1:9/adk")
-    async with _client(settings) as client:
+    runner = web.AppRunner(make_app(settings))
+    with pytest.raises(StartupError, match="does not answer") as refused:
+        await runner.setup()
+    await runner.cleanup()
+    assert refused.value.setting == "session_store"
+
+
+async def test_readyz_reports_a_store_that_stopped_answering() -> None:
+    """Once started (here with a host built beforehand, which the start does not check), a store
+    that does not answer makes /readyz say so."""
+    settings = Settings(session_store="postgresql://postgres@127.0.0.1:9/adk")
+    store = session_service_from_uri(settings.session_store)
+    host = AgentHost(build_demo_agent("scripted"), store, max_llm_calls=5)
+    async with TestClient(TestServer(make_app(settings, host=host))) as client:
         response = await client.get("/readyz")
         assert response.status == 503
         assert (await response.json())["status"] == "store_unreachable"

@@ -172,6 +172,32 @@ async def test_a_run_cancelled_before_its_task_ran_is_still_forgotten() -> None:
         assert not conn.runs and registry.held()["runs"] == 0
 
 
+async def test_a_stop_between_the_claim_and_the_start_stops_the_run_once_it_begins() -> None:
+    """A stop that comes while the run is claimed but not started (its turn being prepared; or a
+    stop forwarded from another instance) finds no task to cancel: the run is stopped as soon as
+    its body begins, never run to its end."""
+    registry = Registry()
+    steps: list[str] = []
+
+    async def body() -> None:
+        steps.append("began")
+        try:
+            await asyncio.Event().wait()  # a long answer
+        except asyncio.CancelledError:
+            steps.append("stopped")
+            raise
+
+    async with registry.connection("sse") as conn:
+        key = ("u", "c")
+        run = await registry.claim(key, conn, StreamLog(key=key, max_bytes=1024))
+        run.cancel()  # the stop: no task yet
+        registry.start(run, body())
+        async with asyncio.timeout(5):
+            await run.done.wait()
+        assert steps == ["began", "stopped"]
+        assert registry.active_run(key) is None
+
+
 async def test_a_run_that_ends_frees_its_chat_and_its_owner() -> None:
     registry = Registry()
 
