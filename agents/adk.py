@@ -628,6 +628,10 @@ class AgentHost:
     def tool_kind(self, name: str) -> ToolKind:
         return tool_kind(self._tools.get(name))
 
+    def root_model(self) -> str:
+        """The name of the root agent's model ("" when it has none of its own)."""
+        return self.models.get(self.root_agent.name, "")
+
     def tools(self) -> list[ToolInfo]:
         """The tools of the app's agents (sub-agents included; toolsets, which list their tools
         only when asked in a run, are not), by name."""

@@ -92,7 +92,23 @@ def tool_info(tool: BaseTool) -> ToolInfo:
     description = (tool.description or "").strip().splitlines()
     return ToolInfo(name=tool.name, description=description[0] if description else "",
                     needs_approval=kind.needs_approval or _needs_confirmation(tool), browser=kind.browser,
-                    long_running=kind.long_running)
+                    long_running=kind.long_running, parameters=_parameters(tool))
+
+
+def _parameters(tool: BaseTool) -> dict[str, Any]:
+    """The JSON Schema of a tool's arguments, from the declaration ADK gives the model."""
+    try:
+        declaration = tool._get_declaration()
+    except Exception:  # a tool whose declaration needs a run's context: say nothing of its arguments
+        declaration = None
+    schema: Any = None
+    if declaration is not None:
+        schema = declaration.parameters_json_schema
+        if schema is None and declaration.parameters is not None:
+            schema = declaration.parameters.model_dump(exclude_none=True, mode="json")
+    if not isinstance(schema, dict):
+        return {"type": "object", "properties": {}}
+    return {key: value for key, value in schema.items() if key != "title"}
 
 
 def _needs_confirmation(tool: BaseTool) -> bool:

@@ -336,13 +336,15 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def apps(request: web.Request) -> web.Response:
     """The apps this gateway serves, in a stable order; `default` marks the one a request without
-    `app` gets; `tools` lists each app's tools (name, description, needsApproval, runsInBrowser,
-    longRunning), for a page's suggestions."""
+    `app` gets; `model` names its root agent's model; `tools` lists each app's tools (name,
+    description, needsApproval, runsInBrowser, longRunning, parameters: the JSON Schema of its
+    arguments), for a page's suggestions."""
     if SERVICE not in request.app:
         raise ServiceUnavailable("The gateway is starting; try again.")
     served = request.app[SERVICE].apps
     return web.json_response({"apps": [
-        {"name": name, "default": name == served.default, "tools": [tool.wire() for tool in served.host(name).tools()]}
+        {"name": name, "default": name == served.default, "model": served.host(name).root_model(),
+         "tools": [tool.wire() for tool in served.host(name).tools()]}
         for name in served.names()
     ]})
 

@@ -7,8 +7,9 @@ core can recognise it in events without importing ADK.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 __all__ = ["CONFIRMATION_TOOL", "CREDENTIAL_TOOL", "PLACEHOLDER_ERROR", "ToolInfo", "ToolKind"]
 
@@ -42,7 +43,9 @@ class ToolInfo:
     needs_approval: bool  # the user is asked before it runs (ADK's confirmation or a browser tool's)
     browser: bool  # it runs in the browser
     long_running: bool  # its result comes later, from the client
+    # The JSON Schema of its arguments, as the model is told them (an object schema; none: no arguments).
+    parameters: Mapping[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
 
     def wire(self) -> dict[str, object]:
         return {"name": self.name, "description": self.description, "needsApproval": self.needs_approval,
-                "runsInBrowser": self.browser, "longRunning": self.long_running}
+                "runsInBrowser": self.browser, "longRunning": self.long_running, "parameters": dict(self.parameters)}

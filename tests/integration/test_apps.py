@@ -129,11 +129,11 @@ async def test_api_apps_lists_every_app_with_the_default(gateway: StartGateway, 
     async with client.get("/api/apps") as response:
         assert response.status == 200
         whoami = [{"name": "whoami", "description": "Says which app answers.", "needsApproval": False,
-                   "runsInBrowser": False, "longRunning": False}]
+                   "runsInBrowser": False, "longRunning": False, "parameters": {"type": "object", "properties": {}}}]
         assert await response.json() == {"apps": [
-            {"name": "billing_apps_test", "default": True, "tools": whoami},  # no --app: the first
-            {"name": "notes_apps_test", "default": False, "tools": whoami},  # (a YAML agent's tool too)
-            {"name": "weather_apps_test", "default": False, "tools": whoami},
+            {"name": "billing_apps_test", "default": True, "model": "scripted", "tools": whoami},  # no --app: the first
+            {"name": "notes_apps_test", "default": False, "model": "scripted", "tools": whoami},  # (a YAML agent's)
+            {"name": "weather_apps_test", "default": False, "model": "scripted", "tools": whoami},
         ]}
 
     chosen = await start(gateway, agents_folder, app="weather_apps_test")
@@ -247,6 +247,12 @@ async def test_the_demo_agents_tools_are_listed_with_how_they_run(gateway: Start
     assert tools["process_payment"]["needsApproval"] is True
     assert tools["change_bgm"]["runsInBrowser"] is True
     assert all(tool["description"] for tool in tools.values())
+    assert demo["model"] == "scripted"
+    assert tools["process_payment"]["parameters"] == {
+        "type": "object", "required": ["amount", "recipient"],
+        "properties": {"amount": {"title": "Amount", "type": "number"},
+                       "recipient": {"title": "Recipient", "type": "string"}}}
+    assert tools["get_location"]["parameters"] == {"type": "object", "properties": {}}
 
 
 async def test_the_offline_model_calls_only_the_tools_the_app_has(gateway: StartGateway, agents_folder: Path) -> None:

@@ -543,7 +543,8 @@ def start_refused(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [gateway_python(), "-m", "gateway", "--port", str(free_port()), *args],
         check=False, cwd=ROOT, capture_output=True, text=True, timeout=60,
-        env={k: v for k, v in os.environ.items() if not k.startswith(("ADK_GATEWAY_", "GOOGLE_API_KEY"))},
+        env={k: v for k, v in os.environ.items()
+             if not k.startswith(("ADK_GATEWAY_", "GOOGLE_API_KEY", "PYTHONASYNCIODEBUG"))},
     )
 
 

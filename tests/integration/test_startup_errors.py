@@ -20,7 +20,10 @@ from tests.gateway_process import ROOT, free_port, gateway_python, running_gatew
 
 
 def start_refused(*args: str, port: int | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ADK_GATEWAY_", "GOOGLE_API_KEY"))}
+    # (Not PYTHONASYNCIODEBUG, which `make test` sets: its slow-callback lines on a busy machine
+    # are not the gateway's to say.)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ADK_GATEWAY_", "GOOGLE_API_KEY", "PYTHONASYNCIODEBUG"))}
     return subprocess.run(
         [gateway_python(), "-m", "gateway", "--port", str(port or free_port()), *args],
         check=False, cwd=cwd, capture_output=True, text=True, timeout=60, env=env,

@@ -4,7 +4,7 @@ import { OpenChat } from './components/OpenChat.jsx';
 import { Sidebar } from './components/Sidebar.jsx';
 import { SignIn } from './components/SignIn.jsx';
 import { forgetNewChat, isNewChat, rememberNewChat } from './storage.js';
-import { appToUse, useApps } from './useApps.js';
+import { appInfoOf, appToUse, useApps } from './useApps.js';
 import { useAuth } from './useAuth.js';
 import { useChats } from './useChats.js';
 
@@ -65,6 +65,7 @@ export function App() {
   const signedIn = auth.phase === 'signed-in';
   const apps = useApps(signedIn, auth.token);
   const app = appToUse(apps, view.app);
+  const appInfo = appInfoOf(apps, app); // its model and tools: the composer's suggestions
   const chats = useChats({ ready: signedIn, token: auth.token, app, onUnauthorized: auth.tokenRefused });
   const keepsChats = chats.supported !== false;
 
@@ -214,6 +215,7 @@ export function App() {
             fresh={view.fresh}
             transportKind={view.transport}
             app={app}
+            appInfo={appInfo}
             token={auth.token}
             locked={auth.phase !== 'signed-in'}
             keepsChats={keepsChats}

@@ -1,9 +1,10 @@
 import { Chat as ChatState, useChat } from '@ai-sdk/react';
 import { getToolName, isToolUIPart } from 'ai';
-import { useCallback, useEffect, useRef, useState } from 'react';
+import { useCallback, useEffect, useMemo, useRef, useState } from 'react';
 import { useLiveVoice } from '../live/useLiveVoice.js';
 import { latestState } from '../parts.js';
 import { sendAutomaticallyWhen } from '../predicates.js';
+import { suggestionsFor } from '../suggestions.js';
 import { clearPending, saveMessages, savePending } from '../storage.js';
 import { browserTools, mayRun, runBrowserTool } from '../tools.js';
 import { createTransport, stopRun } from '../transport.js';
@@ -67,13 +68,15 @@ const BUSY = new Set(['submitted', 'streaming']);
 /**
  * One chat, continued from `initialMessages` (the gateway's copy, see OpenChat). `keepsChats`:
  * the gateway keeps the history (false: an older gateway, the tab keeps it and sends it whole).
- * `onStarted()` runs when the first request goes, `onTurnEnd()` when an answer ends.
+ * `onStarted()` runs when the first request goes, `onTurnEnd()` when an answer ends. `appInfo`:
+ * what the gateway says of the app (its model and tools), for the suggestions under the message box.
  */
 export function Chat({
   chatId,
   initialMessages,
   transportKind,
   app,
+  appInfo,
   token,
   locked,
   keepsChats = true,
@@ -200,6 +203,7 @@ export function Chat({
     if (atBottom.current && log.current) log.current.scrollTop = log.current.scrollHeight;
   }, [messages, live.messages]);
 
+  const suggestions = useMemo(() => suggestionsFor(appInfo), [appInfo]);
   const track = nowPlaying(messages);
   const shared = latestState([...messages, ...live.messages]);
   return (
@@ -230,7 +234,7 @@ export function Chat({
         }}
       >
         {messages.length === 0 && live.messages.length === 0 && (
-          <p className="muted empty">Ask something, or try one of the commands below.</p>
+          <p className="muted empty">Ask something, or try one of the suggestions below.</p>
         )}
         {messages.map((message, index) => (
           <Message
@@ -274,6 +278,7 @@ export function Chat({
         onSend={onSend}
         onStop={onStop}
         live={live.active}
+        suggestions={suggestions}
       />
     </main>
   );
