@@ -287,6 +287,8 @@ class ChatRun:
     detached: bool = False
     task: asyncio.Task[None] | None = None
     stopping: bool = False
+    # Why it was stopped when nobody asked (what the client is told instead of an `abort`).
+    stopped_because: str | None = None
     done: Done = field(default_factory=Done)
     lease: Lease | None = None  # the chat's lease across instances, while the run lives
     scope: TaskScope | None = field(default=None, repr=False)  # its tasks, while its body runs
@@ -569,13 +571,16 @@ class Registry:
                     raise ChatBusy(detail="the chat's run lives on another instance")
             await asyncio.sleep(LEASE_RETRY_S)
 
-    @staticmethod
-    def _lease_lost(run: ChatRun) -> None:
+    def _lease_lost(self, run: ChatRun) -> None:
         """Another instance holds the chat's lease now (ours expired while this instance could not
-        renew it, and the chat was claimed there): this run must not go on beside that one. The
-        client is told why with an `error` chunk before the run is cancelled; nobody pressed stop."""
+        renew it, and the chat was claimed there): this run must not go on beside that one. It is
+        cancelled with the reason, which a chat turn ends with as its `error` chunk instead of an
+        `abort` (nobody pressed stop); a live session is told with an `error` chunk here, its turn
+        then ends as any stopped live turn does."""
         if run.active and not run.stopping and not run.log.closed:
-            run.log.append({"type": "error", "errorText": LEASE_LOST_TEXT})
+            run.stopped_because = LEASE_LOST_TEXT
+            if run in self._held_live:
+                run.log.append({"type": "error", "errorText": LEASE_LOST_TEXT})
         run.cancel()
 
     def _check_caps(self, user_id: str, *, live: bool) -> None:

@@ -154,8 +154,12 @@ class ChatTurn:
             log.warning("llm_call_limit", chat_id=chat_id, limit=host.max_llm_calls)
             await self._end(converter.finish("length", {"finishDetail": "max_llm_calls"}), quietly=True)
         except asyncio.CancelledError:
-            self.outcome = "stopped"
-            await self._end(converter.abort("stopped"), stopping=True)
+            if self.run.stopped_because is not None:  # stopped by the gateway, not by the user
+                self.outcome = "lease_lost"
+                await self._end(converter.error(self.run.stopped_because), stopping=True)
+            else:
+                self.outcome = "stopped"
+                await self._end(converter.abort("stopped"), stopping=True)
             raise
         except Exception as exc:
             # A bound that fired (model or store timeout) says so; anything else is a bug or an
