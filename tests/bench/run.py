@@ -1,6 +1,7 @@
 """`make bench`: the gateway side by side with ADK's bare `Runner` and `adk api_server`, plus its memory.
 
     python -m tests.bench.run [--quick] [--json results.json] [--charts DIR] [--no-adk] [--only PARTS]
+                              [--gateway-root DIR]
 
 The gateway runs as a subprocess with its default settings (scripted model, memory stores) except
 the abuse caps (`BENCH_CAPS`); `adk api_server` serves the same demo agent from a temporary apps
@@ -27,10 +28,27 @@ and servers share the machine's cores. Scenarios, in order:
    count the limit cannot hold is skipped with a note), and 500 open SSE streams each waiting on
    the model (`/stream 1 60000`);
 7. RSS over 100,000 turns: a gateway with `memory://` eviction on (`CHURN_ARGS`), 16 clients
-   (8 SSE, 8 WebSocket) in fresh chats, RSS read after a 5,000-turn warm-up and every 5,000 turns.
+   (8 SSE, 8 WebSocket) in fresh chats, RSS read after a 5,000-turn warm-up and every 5,000 turns;
+8. floods (`tests.bench.floods`, part `flood`), each on a new gateway process, in 3 rounds: a
+   `/stream 50000 0` chat read at full speed over SSE, then over the WebSocket, with `/healthz` and
+   an `/echo hi` turn sent every 100 ms beside it (p50 / p99 / max), its duration, the deltas it
+   got and the process's peak RSS growth; a reader that stops after the first line of
+   `/stream 100000 0` (seconds until the gateway's `slow_reader_cut` line, RSS growth); the SSE
+   flood on a gateway with PYTHONASYNCIODEBUG=1 and asyncio's slow-callback threshold at 50 ms
+   (callbacks over it, the longest); the longest `/healthz` answer, sent every 10 ms, while 50
+   `/stream 100000 100` streams run and a 10,000-message `regenerate-message` body is refused (413,
+   `--max-history-messages 500`), then a 500-message one imported and answered. Each probe and
+   wait is capped (a probe at 30 s, counted as 30 s), so the part ends on any gateway.
+
+`--gateway-root DIR` runs every gateway process from another checkout (cwd DIR, `python -m
+gateway` with this checkout's interpreter, so DIR's packages are the ones imported), e.g. the
+figures before a change: `git worktree add /tmp/bench-before COMMIT`, then
+`python -m tests.bench.run --only flood --gateway-root /tmp/bench-before`. The report names the
+checkout and its commit. The clients, the `adk api_server` rows and the bare Runner stay this
+checkout's.
 
 `--quick` shrinks every count (the 100,000 turns to 10,000; the loaded chat keeps its 1,000
-messages, 50 GETs) for a smoke run of about 3 minutes. `--only` runs some parts (PARTS below,
+messages, 50 GETs; one round of floods) for a smoke run of about 3 minutes. `--only` runs some parts (PARTS below,
 comma-separated) on the warmed-up gateway: e.g. `--only last-message,chat-load`; the long chat's
 bare Runner rows run with either of its parts.
 Everything is bounded: each load by its count and a duration, each wait by a deadline. Nothing here
@@ -55,6 +73,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -62,6 +81,7 @@ from typing import Any
 import aiohttp
 
 from gateway.loadtest import LoadConfig, Sample, open_sse_stream, percentiles, run_load, summarize, user_message
+from tests.bench import floods
 from tests.bench.compare import (
     GATEWAY_SERVERS,
     LONG_SERVERS,
@@ -97,7 +117,7 @@ CHART_DIR = ROOT / "benchmarks"
 # The parts of the benchmark, in the order they run (`--only` picks some). `long-chat` is the
 # long chat with the whole history posted, `last-message` the same chat posting only the new message.
 PARTS = ("table", "first-text", "long-chat", "last-message", "streaming", "cleanup", "chat-load", "memory",
-         "churn")
+         "churn", "flood")
 SIDE_BY_SIDE_PARTS = frozenset({"table", "first-text", "long-chat", "last-message"})
 
 
@@ -117,6 +137,7 @@ class Server:
     port: int
     health_path: str
     env: dict[str, str] = field(default_factory=dict)
+    cwd: Path = ROOT  # where it runs: `python -m gateway` imports the gateway's code from there
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     ready_s: float | None = None
@@ -131,7 +152,7 @@ class Server:
         env.pop("GOOGLE_API_KEY", None)  # the offline scripted model
         started = time.perf_counter()
         with self.log_path.open("wb") as out:
-            self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
         deadline = started + STARTUP_DEADLINE_S
         async with aiohttp.ClientSession() as http:
             while True:
@@ -148,6 +169,16 @@ class Server:
 
     def tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:] if self.log_path else ""
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def log_file(self) -> Path:
+        assert self.log_path is not None
+        return self.log_path
 
     def _status(self) -> str:
         assert self.proc is not None
@@ -253,6 +284,7 @@ class Plan:
     churn_duration_s: float = 1_200.0
     chat_load_turns: int = 500  # last-message turns of the loaded chat: 2 messages each
     chat_load_gets: int = 200
+    flood_rounds: int = 3  # each flood measurement this many times, each on a new gateway process
     warmup: int = 20
     parts: frozenset[str] = frozenset(PARTS)
 
@@ -263,7 +295,7 @@ class Plan:
                        long_rounds=1, first_text_turns=40, stream_requests=30, disconnect=40, hold_sse=100,
                        hold_ws=(500, 1_000),
                        churn_turns=10_000, churn_warmup=2_000, churn_every=1_000, churn_duration_s=240.0,
-                       chat_load_gets=50, warmup=10)
+                       chat_load_gets=50, flood_rounds=1, warmup=10)
 
     def long_servers(self) -> tuple[str, ...]:
         """The long chat's servers for the parts asked: the bare Runners and `adk api_server` with
@@ -276,11 +308,12 @@ class Plan:
 
 
 class Bench:
-    def __init__(self, plan: Plan, workdir: Path, with_adk: bool, charts: Path) -> None:
+    def __init__(self, plan: Plan, workdir: Path, with_adk: bool, charts: Path, gateway_root: Path = ROOT) -> None:
         self.plan = plan
         self.workdir = workdir
         self.with_adk = with_adk
         self.charts = charts
+        self.gateway_root = gateway_root
         self.gateway = self.new_gateway("gateway")
         self.rows: list[Row] = []
         self.memory: dict[str, Any] = {}
@@ -290,17 +323,20 @@ class Bench:
         self.chart: Path | None = None
         self.churn: dict[str, Any] = {}
         self.chat_load: dict[str, Any] = {}
+        self.floods: dict[str, list[dict[str, Any]]] = {}
         self.open_files = raise_open_files_limit()[0]
 
-    @staticmethod
-    def new_gateway(name: str, *args: str) -> Server:
+    def new_gateway(self, name: str, *args: str, env: dict[str, str] | None = None,
+                    launcher: Sequence[str] | None = None) -> Server:
         """The gateway as `python -m gateway` runs it: default settings (scripted model, memory stores),
         except the abuse caps, raised above what the scenarios send (hundreds of `send` frames a minute
-        on one socket, 500 streams at once): a benchmark measures the gateway, not its refusals."""
+        on one socket, 500 streams at once): a benchmark measures the gateway, not its refusals. It runs
+        in `--gateway-root` (this checkout by default) with this checkout's interpreter; `launcher`
+        replaces `python -m gateway` (the flood part's slow-callback launcher)."""
         port = free_port()
-        command = [gateway_python(), "-m", "gateway", "--host", "127.0.0.1", "--port", str(port), *BENCH_CAPS,
-                   *args]
-        return Server(name, command, port, "/readyz")
+        command = [*(launcher or (gateway_python(), "-m", "gateway")), "--host", "127.0.0.1", "--port", str(port),
+                   *BENCH_CAPS, *args]
+        return Server(name, command, port, "/readyz", env=dict(env or {}), cwd=self.gateway_root)
 
     async def warm(self, server: Server) -> None:
         for transport in ("sse", "ws"):
@@ -308,10 +344,11 @@ class Bench:
             await self.load("warm-up", transport, 2, 4, STREAM, server=server)
         await asyncio.sleep(0.5)
 
-    async def on_fresh_gateway(self, name: str, measure: Any, *args: str) -> None:
+    async def on_fresh_gateway(self, name: str, measure: Any, *args: str, env: dict[str, str] | None = None,
+                               launcher: Sequence[str] | None = None) -> None:
         """Runs `measure(server)` on a new, warmed-up gateway process, so that memory freed by earlier
         runs (which the allocator keeps) does not hide what the held connections cost."""
-        server = self.new_gateway(name, *args)
+        server = self.new_gateway(name, *args, env=env, launcher=launcher)
         await server.start(self.workdir)
         try:
             await self.warm(server)
@@ -360,6 +397,37 @@ class Bench:
         if "churn" in parts:
             log(f"RSS over {self.plan.churn_turns:,} turns (a new gateway process, {' '.join(CHURN_ARGS)})")
             await self.on_fresh_gateway("gateway-churn", self.run_churn, *CHURN_ARGS)
+        if "flood" in parts:
+            await self.run_floods()
+
+    async def run_floods(self) -> None:
+        """The `flood` part (tests.bench.floods): each measurement on a new gateway process, every
+        measurement once per round, the rounds one after the other."""
+        rounds = self.plan.flood_rounds
+        json_logs = {"ADK_GATEWAY_LOG_FORMAT": "json"}  # the cut's timestamp is read from its log line
+
+        def keep(kind: str, measure: Any, round_: int) -> Any:
+            async def run(server: Server) -> None:
+                result = await measure(server)
+                result["round"] = round_
+                self.floods.setdefault(kind, []).append(result)
+                log(f"  {kind}: {floods.one_line(kind, result)}")
+            return run
+
+        for k in range(1, rounds + 1):
+            log(f"floods, round {k} of {rounds} (a new gateway process for each)")
+            for transport in ("sse", "ws"):
+                await self.on_fresh_gateway(f"gateway-flood-{transport}",
+                                            keep(f"flood-{transport}", partial(floods.flood, transport=transport), k),
+                                            env=json_logs)
+            await self.on_fresh_gateway("gateway-flood-stopped", keep("stopped", floods.stopped_reader, k),
+                                        "--slow-reader-grace-s", str(floods.SLOW_READER_GRACE_S), env=json_logs)
+            await self.on_fresh_gateway("gateway-flood-debug", keep("debug", partial(floods.flood, transport="sse"), k),
+                                        env={**json_logs, "PYTHONASYNCIODEBUG": "1"},
+                                        launcher=floods.slow_callback_command(gateway_python()))
+            await self.on_fresh_gateway("gateway-flood-history", keep("history", floods.history_stalls, k),
+                                        "--max-history-messages", str(floods.HISTORY_CAP),
+                                        "--max-runs-per-user", str(2 * floods.BACKGROUND_STREAMS), env=json_logs)
 
     async def side_by_side(self) -> None:
         """The comparison with the bare Runner and `adk api_server` (tests.bench.compare)."""
@@ -807,6 +875,9 @@ class Bench:
                 "",
             ]
 
+        if self.floods:
+            out += [floods.markdown(self.floods), ""]
+
         if not (sse or self.cleanup):
             return "\n".join(out)
         out += [
@@ -840,7 +911,7 @@ class Bench:
                 "side_by_side": self.comparison.as_json() if self.comparison else None,
                 "chart": str(self.chart) if self.chart else None, "adk_api_server": self.adk,
                 "streaming": [row(r) for r in self.rows], "memory": self.memory, "cleanup": self.cleanup,
-                "chat_load": self.chat_load, "rss_over_turns": self.churn}
+                "chat_load": self.chat_load, "rss_over_turns": self.churn, "floods": self.floods}
 
 
 def loadavg() -> str:
@@ -884,7 +955,7 @@ def versions() -> dict[str, str]:
 async def amain(args: argparse.Namespace) -> int:
     plan = replace(Plan.quick() if args.quick else Plan(), parts=args.only)
     with tempfile.TemporaryDirectory(prefix="adk-gateway-bench-") as tmp:
-        bench = Bench(plan, Path(tmp), with_adk=not args.no_adk, charts=args.charts)
+        bench = Bench(plan, Path(tmp), with_adk=not args.no_adk, charts=args.charts, gateway_root=args.gateway_root)
         started = time.perf_counter()
         date = time.strftime("%Y-%m-%d %H:%M %Z")
         load_before = loadavg()
@@ -896,6 +967,7 @@ async def amain(args: argparse.Namespace) -> int:
         elapsed = time.perf_counter() - started
         report = [
             f"Run {date} on {machine()}; open-files limit {bench.open_files:,}.",
+            f"Gateway code: {gateway_code(args.gateway_root)}.",
             f"Gateway ready after {fmt(bench.gateway.ready_s, 2)} s; the whole benchmark took {elapsed:.0f} s"
             + (" (--quick: small counts, a smoke run)." if args.quick else ".")
             + f" Load average (1 min) before: {load_before}, after: {loadavg()}; the clients share the cores.",
@@ -905,10 +977,34 @@ async def amain(args: argparse.Namespace) -> int:
         print("\n".join(report))
         if args.json is not None:
             result = {"date": date, "machine": machine(), "versions": versions(), "quick": args.quick,
+                      "gateway_code": gateway_code(args.gateway_root),
                       "parts": [part for part in PARTS if part in plan.parts],
                       "elapsed_s": round(elapsed, 1), "load_average": [load_before, loadavg()], **bench.as_json()}
             args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def gateway_code(root: Path) -> str:
+    """The checkout the gateway ran from: its path and commit (a `*` when its files differ from it)."""
+    def git(*args: str) -> str:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                                  timeout=10, check=False)
+            if done.returncode == 0:
+                return done.stdout.strip()
+        return ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown commit"
+    dirty = "*" if git("status", "--porcelain", "--untracked-files=no") else ""
+    return f"{root} at {commit}{dirty}"
+
+
+def gateway_root(text: str) -> Path:
+    """`--gateway-root`'s value: a checkout holding the `gateway` package."""
+    root = Path(text).resolve()
+    if not (root / "gateway" / "__main__.py").is_file():
+        raise argparse.ArgumentTypeError(f"{root} holds no gateway/__main__.py")
+    return root
 
 
 def parts(text: str) -> frozenset[str]:
@@ -930,6 +1026,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"Directory for the PNG charts (default: {CHART_DIR.relative_to(ROOT)}/).")
     parser.add_argument("--only", type=parts, default=frozenset(PARTS), metavar="PARTS",
                         help=f"Run only these parts, comma-separated, of: {', '.join(PARTS)} (default: all).")
+    parser.add_argument("--gateway-root", type=gateway_root, default=ROOT, metavar="DIR",
+                        help="Run the gateway from this checkout (cwd DIR, `python -m gateway` with this checkout's "
+                             "interpreter), e.g. a git worktree of an earlier commit (default: this checkout).")
     args = parser.parse_args(argv)
     return asyncio.run(amain(args))
 
