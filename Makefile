@@ -45,6 +45,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c $(LOCK) -e ".[dev]"
+	$(PY) deploy/packaging/import_tree.py -q
 	touch $(STAMP)
 
 $(VENV)/bin/npm: $(STAMP)
@@ -91,12 +92,17 @@ system-deps:
 
 ARGS ?=
 run: $(STAMP) web
-	$(PY) -m gateway $(ARGS)
+	$(PY) -m adk_gateway $(ARGS)
+
+# mypy and import-linter read the package as it installs (adk_gateway, with transports and agents
+# inside it): deploy/packaging/import_tree.py lays that out in build/import-tree.
+CHECKS = $(PY) deploy/packaging/import_tree.py -q && \
+	$(VENV)/bin/ruff check gateway transports agents tests && \
+	$(VENV)/bin/mypy gateway transports agents && \
+	PYTHONPATH=build/import-tree $(VENV)/bin/lint-imports --no-logo --no-cache
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check gateway transports agents tests
-	$(VENV)/bin/mypy gateway transports agents
-	$(VENV)/bin/lint-imports --no-logo --no-cache
+	$(CHECKS)
 
 typecheck: lint
 
@@ -104,9 +110,7 @@ test-fast: $(STAMP) web $(NODE_DEPS)
 	$(PY) -m pytest -q tests/unit tests/transports tests/integration
 
 test: $(STAMP) web $(NODE_DEPS) system-deps
-	$(VENV)/bin/ruff check gateway transports agents tests
-	$(VENV)/bin/mypy gateway transports agents
-	$(VENV)/bin/lint-imports --no-logo --no-cache
+	$(CHECKS)
 	cd web && $(NPM) test --silent
 	PYTHONASYNCIODEBUG=1 $(PY) -m pytest -q
 

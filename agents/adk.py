@@ -14,12 +14,12 @@ Bounds (`AgentHost.configure`, from the settings):
 
 - Every session-store call, the runner's own included, goes through `GuardedSessionService` and
   fails with `StoreUnavailable` past `store_timeout_s`.
-- `memory://` is a `MemorySessionService` (`agents.memory_store`: ADK's in-memory semantics without
+- `memory://` is a `MemorySessionService` (`adk_gateway.agents.memory_store`: ADK's in-memory semantics without
   copying the session on each read): chats idle longer than the TTL and the least recently used
   past a cap are dropped (never one with a run in progress).
 - Each model call of a run is bounded by `model_timeout_s` (`AgentHost.run` raises
   `ModelTimedOut`), each server tool call by `tool_timeout_s`, and a stop waits at most
-  `cancel_timeout_s` for a tool that ignores its cancellation (`agents.tools.BoundsPlugin`).
+  `cancel_timeout_s` for a tool that ignores its cancellation (`adk_gateway.agents.tools.BoundsPlugin`).
 - A posted history is converted to ADK events in slices of a few milliseconds, giving the event
   loop back between them, and appended in bulk to the in-memory store: importing is linear and
   never holds the loop.
@@ -60,21 +60,22 @@ from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 from opentelemetry import trace
 
-from agents.artifacts import BoundedArtifactService, part_bytes
-from agents.events import agent_event
-from agents.inference_scope import keep_call_summary
-from agents.live import LiveChannel, live_run_config
-from agents.memory_store import MemorySessionService
-from agents.pacing import PacingPlugin, ReaderGate
-from agents.tools import Bounds, BoundsPlugin, LiveToolGate, PermissionPlugin, tool_info, tool_kind
-from gateway.core.approval import REJECTED_TEXT, AgentReply, Confirmation
-from gateway.core.errors import ModelTimedOut, StartupError, StoreUnavailable, UnknownApp
-from gateway.core.events import AgentEvent
-from gateway.core.kinds import CONFIRMATION_TOOL, ToolInfo, ToolKind
-from gateway.core.pacing import Pacer
-from gateway.core.requests import ToolPart, UIMessage
-from gateway.core.transcript import Record
-from gateway.metrics import Metrics
+from adk_gateway.agents.artifacts import BoundedArtifactService, part_bytes
+from adk_gateway.agents.events import agent_event
+from adk_gateway.agents.inference_scope import keep_call_summary
+from adk_gateway.agents.legacy_names import install_legacy_names
+from adk_gateway.agents.live import LiveChannel, live_run_config
+from adk_gateway.agents.memory_store import MemorySessionService
+from adk_gateway.agents.pacing import PacingPlugin, ReaderGate
+from adk_gateway.agents.tools import Bounds, BoundsPlugin, LiveToolGate, PermissionPlugin, tool_info, tool_kind
+from adk_gateway.core.approval import REJECTED_TEXT, AgentReply, Confirmation
+from adk_gateway.core.errors import ModelTimedOut, StartupError, StoreUnavailable, UnknownApp
+from adk_gateway.core.events import AgentEvent
+from adk_gateway.core.kinds import CONFIRMATION_TOOL, ToolInfo, ToolKind
+from adk_gateway.core.pacing import Pacer
+from adk_gateway.core.requests import ToolPart, UIMessage
+from adk_gateway.core.transcript import Record
+from adk_gateway.metrics import Metrics
 
 __all__ = [
     "AgentApps",
@@ -94,7 +95,7 @@ __all__ = [
     "ui_message_content",
 ]
 
-log = structlog.get_logger("agents.adk")
+log = structlog.get_logger("adk_gateway.agents.adk")
 
 T = TypeVar("T")
 ChatKey = tuple[str, str]
@@ -164,7 +165,7 @@ def _agents_from_folder(spec: str, default: str) -> LoadedAgents:
     from google.adk.cli.service_registry import load_services_module
     from google.adk.cli.utils.agent_loader import AgentLoader
 
-    import agents.scripted  # noqa: F401  (registers the offline `scripted` model for YAML agents)
+    import adk_gateway.agents.scripted  # noqa: F401  (registers the offline `scripted` model for YAML agents)
 
     folder_text, _, named = spec.partition("::")
     folder = Path(folder_text).resolve()
@@ -201,10 +202,11 @@ def load_agents(spec: str, model: str, *, default: str = "") -> LoadedAgents:
     Raises:
         AgentLoadError: the spec names no agent, an app fails to load, or `default` is no app.
     """
+    install_legacy_names()  # an agent written for an earlier version imports `agents.scripted`
     if Path(spec.partition("::")[0]).is_dir():
         return _agents_from_folder(spec, default)
     if spec == "demo":
-        from agents.demo import build_demo_agent
+        from adk_gateway.agents.demo import build_demo_agent
 
         agent: BaseAgent | App = build_demo_agent(model)
     elif ":" in spec or "." in spec:
@@ -231,7 +233,7 @@ _URI_SPELLINGS: Final = (("sqlite+aiosqlite://", "sqlite://"), ("postgresql://",
 def session_service_from_uri(
     uri: str, *, memory_ttl_s: float = 0.0, memory_max_chats: int = 10_000, agents_dir: Path | None = None
 ) -> BaseSessionService:
-    """The session store a URI names. `memory://` is the gateway's own (`agents.memory_store`);
+    """The session store a URI names. `memory://` is the gateway's own (`adk_gateway.agents.memory_store`);
     every other URI goes through ADK's service factory, as `adk api_server --session_service_uri`
     takes it (sqlite, postgresql, mysql, agentengine, and schemes an agents folder's services.py
     registers). `postgresql://` uses asyncpg; a SQLite file's folder is created."""
@@ -504,7 +506,7 @@ def ui_message_dict(message: UIMessage) -> dict[str, Any]:
 
 
 class _ModelClock:
-    """The deadline of the model call in progress of one run (see `agents.tools.BoundsPlugin`)."""
+    """The deadline of the model call in progress of one run (see `adk_gateway.agents.tools.BoundsPlugin`)."""
 
     def __init__(self, timeout_s: float, scope: asyncio.Timeout) -> None:
         self.timeout_s = timeout_s
@@ -601,7 +603,7 @@ class AgentHost:
         with contextlib.suppress(ImportError):
             importlib.import_module("google.adk.agents.remote_a2a_agent")
         # ADK keeps every streamed response of a model call until the call ends (2.5 KiB a chunk):
-        # its scopes keep only the two its telemetry reads (`agents.inference_scope`).
+        # its scopes keep only the two its telemetry reads (`adk_gateway.agents.inference_scope`).
         keep_call_summary()
         self.model_timeout_s = 0.0
         self.metrics = Metrics()
@@ -723,7 +725,7 @@ class AgentHost:
 
     async def records(self, user_id: str, chat_id: str) -> list[Record] | None:
         """What the chat service recorded in the chat's session, in order, and its rewinds (see
-        `gateway.core.transcript`); None: no such chat."""
+        `adk_gateway.core.transcript`); None: no such chat."""
         session = await self.get_session(user_id, chat_id)
         if session is None:
             return None
@@ -762,7 +764,7 @@ class AgentHost:
         """Appends prior UI messages to a fresh session, so the model sees the conversation.
 
         Linear in the history, and never holding the event loop: conversion gives the loop a
-        turn every few messages (`gateway.core.pacing`); the in-memory store takes the events in
+        turn every few messages (`adk_gateway.core.pacing`); the in-memory store takes the events in
         one step, other stores one event per awaited write, paced too (a store that answers
         without waiting never suspends).
         """
@@ -845,7 +847,7 @@ class AgentHost:
     @contextlib.contextmanager
     def paced_by(self, user_id: str, chat_id: str, gate: ReaderGate) -> Iterator[None]:
         """While in the block, the chat's model calls wait whenever its readers are behind
-        (`agents.pacing`)."""
+        (`adk_gateway.agents.pacing`)."""
         key: ChatKey = (user_id, chat_id)
         self.pacing.gates[key] = gate
         try:
@@ -881,7 +883,7 @@ class AgentHost:
     ) -> AsyncGenerator[AgentEvent, None]:
         """One live invocation fed by `channel`, its events read into the core's `AgentEvent`s.
         `gate`: where the permission plugin asks about the tool calls of this invocation (ADK
-        cannot confirm a call in a live run, see `agents.tools`)."""
+        cannot confirm a call in a live run, see `adk_gateway.agents.tools`)."""
         if gate is not None:
             self.permissions.attach_live(channel.queue, gate)
         try:

@@ -15,8 +15,8 @@ from typing import Any
 from google.adk.agents import LlmAgent
 from google.adk.tools.function_tool import FunctionTool
 
-import agents.scripted  # noqa: F401  (registers the `scripted` model with ADK)
-from agents.tools import BrowserTool
+import adk_gateway.agents.scripted  # noqa: F401  (registers the `scripted` model with ADK)
+from adk_gateway.agents.tools import BrowserTool
 
 __all__ = ["build_demo_agent"]
 

@@ -1,4 +1,4 @@
-"""ADK `Event` -> the core's `AgentEvent` (`gateway.core.events`): the converter never sees ADK.
+"""ADK `Event` -> the core's `AgentEvent` (`adk_gateway.core.events`): the converter never sees ADK.
 
 The one reading of ADK's events: their parts (text, thoughts, calls, responses, files), their
 metadata (usage, finish reason, the model's name, grounding) and their actions (state and
@@ -16,7 +16,7 @@ from typing import Any, Final
 from google.adk.events import Event
 from google.genai import types
 
-from gateway.core.events import (
+from adk_gateway.core.events import (
     NO_IDS,
     AgentEvent,
     FileData,

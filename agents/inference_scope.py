@@ -11,9 +11,9 @@ duration and token metrics). Nothing else of the gateway reads the list; ADK's o
 (`telemetry._web_ui`, to rebuild a call's content for its log panel), and the gateway never runs
 that UI.
 
-Keeping every partial costs about 2.5 KiB a streamed chunk (each is a pydantic `LlmResponse`
-with its content and part), held until the call ends: a 2,000-chunk answer holds 5 MiB, and
-2,000 streams of 30-token answers about 75 MiB. `keep_call_summary()` makes ADK's scopes
+Keeping every partial holds each streamed chunk (a pydantic `LlmResponse` with its content and
+part) until the call ends: memory that grows with the answer's length and the number of streams
+(measured in docs/perf/memory-per-connection.md). `keep_call_summary()` makes ADK's scopes
 `LeanInferenceScope`s, which keep those two responses and let the others go as soon as ADK has
 handed them on: the list holds the last response, preceded by the newest earlier one that reports
 usage when the last does not. ADK's telemetry (spans, metrics, usage) is unchanged.
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LeanInferenceScope", "keep_call_summary"]
 
-log = structlog.get_logger("agents.inference_scope")
+log = structlog.get_logger("adk_gateway.agents.inference_scope")
 
 _AdkInferenceScope = _instrumentation.InferenceScope
 

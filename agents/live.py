@@ -1,6 +1,6 @@
 """The input side of one ADK live invocation, in the gateway's terms.
 
-A live session (`gateway.services.live`) hears audio, text, images and the marks of the user's
+A live session (`adk_gateway.services.live`) hears audio, text, images and the marks of the user's
 utterances from its socket; a `LiveChannel` puts each on ADK's `LiveRequestQueue` as ADK wants it
 (PCM16 at 16 kHz as realtime blobs, text and images as user content, activity start and end).
 `live_run_config` is the `RunConfig` of every live invocation: audio answers with both
@@ -16,7 +16,7 @@ from google.adk.agents.live_request_queue import LiveRequestQueue
 from google.adk.agents.run_config import RunConfig, StreamingMode  # type: ignore[attr-defined]
 from google.genai import types
 
-from gateway.core.pcm import INPUT_RATE
+from adk_gateway.core.pcm import INPUT_RATE
 
 __all__ = ["INPUT_MIME", "LiveChannel", "live_run_config"]
 

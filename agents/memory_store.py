@@ -58,7 +58,7 @@ from google.adk.sessions.state import State
 
 __all__ = ["MemorySessionService"]
 
-log = structlog.get_logger("agents.memory_store")
+log = structlog.get_logger("adk_gateway.agents.memory_store")
 
 Key = tuple[str, str, str]  # (app, user, session id)
 

@@ -3,7 +3,7 @@
 ADK runs the agent in a task of its own that hands each event to the run's reader through a
 queue; a model that does not wait between tokens (the scripted model at `/stream N 0`, a cache, a
 fast local model) holds the loop in that task from the first token to the last, and the reader
-sees nothing until the model is done. `PacingPlugin` steps a `Pacer` (`gateway.core.pacing`) for
+sees nothing until the model is done. `PacingPlugin` steps a `Pacer` (`adk_gateway.core.pacing`) for
 every response of every model call, inside that task (its `after_model_callback`), and the chat
 service steps one for every event it reads.
 
@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol
 from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins import BasePlugin
 
-from gateway.core.pacing import Pacer
+from adk_gateway.core.pacing import Pacer
 
 __all__ = ["PACING_PLUGIN_NAME", "PacingPlugin", "ReaderGate"]
 

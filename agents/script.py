@@ -1,6 +1,6 @@
 """The scripted model's command language: the user's text -> a `Plan` (CONTRACT.md, "The scripted
-model"). Shared by the model (`agents.scripted`) and its live connection (`agents.scripted_live`);
-pure, no ADK calls.
+model"). Shared by the model (`adk_gateway.agents.scripted`) and its live connection
+(`adk_gateway.agents.scripted_live`); pure, no ADK calls.
 """
 
 from __future__ import annotations

@@ -32,8 +32,8 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
-from agents.script import Latency, Plan, ScriptError, plan_for_text, tiny_png, usage, words
-from agents.scripted_live import ScriptedLiveConnection
+from adk_gateway.agents.script import Latency, Plan, ScriptError, plan_for_text, tiny_png, usage, words
+from adk_gateway.agents.scripted_live import ScriptedLiveConnection
 
 __all__ = ["ScriptedLlm", "configure_latency"]
 
@@ -200,7 +200,7 @@ class ScriptedLlm(BaseLlm):
         return LlmResponse(content=types.Content(role="model", parts=[part]), partial=True)
 
     def connect(self, llm_request: LlmRequest) -> Any:
-        """Opens a scripted live (audio) connection; see `agents.scripted_live`."""
+        """Opens a scripted live (audio) connection; see `adk_gateway.agents.scripted_live`."""
         return ScriptedLiveConnection.open(llm_request)
 
 

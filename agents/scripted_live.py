@@ -14,7 +14,7 @@ ADK's `run_live` opens one connection per live invocation (`ScriptedLlm.connect(
   transcriptions interleaved with 0.5 s of a 440 Hz tone in 24 kHz PCM16 chunks, then the finished
   transcription and `turn_complete`. With TEXT instead of AUDIO as the response modality, the same
   answer comes as text.
-- Text (`send_content`): answered like the non-live model (`agents.script.plan_for_text`):
+- Text (`send_content`): answered like the non-live model (`adk_gateway.agents.script.plan_for_text`):
   partial text deltas, the aggregated text, `turn_complete`. `/tool` lines make function calls and
   wait for ADK to send the function responses back; the model then makes the next `/then` step's
   calls or ends with one `NAME -> <response JSON>` line per call. Images get
@@ -42,8 +42,8 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
-from agents.script import ScriptError, plan_for_text, tiny_png, usage
-from gateway.core.pcm import INPUT_RATE, OUTPUT_RATE, chunk_bytes, duration_ms, tone
+from adk_gateway.agents.script import ScriptError, plan_for_text, tiny_png, usage
+from adk_gateway.core.pcm import INPUT_RATE, OUTPUT_RATE, chunk_bytes, duration_ms, tone
 
 __all__ = ["ScriptedLiveConnection"]
 
@@ -86,7 +86,7 @@ class _ToolTurn:
     """A text turn whose `/tool` steps are being replayed."""
 
     text: str
-    steps: tuple[tuple[Any, ...], ...]  # agents.script.ToolCall steps
+    steps: tuple[tuple[Any, ...], ...]  # adk_gateway.agents.script.ToolCall steps
     step: int = 0
     names: list[str] = field(default_factory=list)  # every call made, in order
     responses: list[dict[str, Any] | None] = field(default_factory=list)

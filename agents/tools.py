@@ -14,7 +14,7 @@
   needs approval until the gate has the user's answer, and answers a browser tool with the output
   the browser sent, so ADK hands the model a real result. What an answer means — run, refuse with
   ADK's rejection or the interrupt result, remember "always" / "never" — is decided by
-  `gateway.core.approval` (`LiveApproval.refusal`, `Decision.permission`), not here.
+  `adk_gateway.core.approval` (`LiveApproval.refusal`, `Decision.permission`), not here.
 - `BoundsPlugin` bounds how long model and tool calls may take (see its docstring), and answers
   a tool that raised with a general message and an error id (the exception goes to the log only).
   It is the first plugin of the runner, so its callbacks always run: ADK stops at the first plugin
@@ -40,8 +40,8 @@ from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.long_running_tool import LongRunningFunctionTool
 from google.adk.tools.tool_confirmation import ToolConfirmation
 
-from gateway.core.approval import ApprovalBook, Decision, LiveApproval, ToolPolicy, permanently_denied_text
-from gateway.core.kinds import ToolInfo, ToolKind
+from adk_gateway.core.approval import ApprovalBook, Decision, LiveApproval, ToolPolicy, permanently_denied_text
+from adk_gateway.core.kinds import ToolInfo, ToolKind
 
 __all__ = [
     "APPROVALS_STATE_KEY",
@@ -59,14 +59,14 @@ __all__ = [
     "tool_kind",
 ]
 
-log = structlog.get_logger("agents.tools")
+log = structlog.get_logger("adk_gateway.agents.tools")
 
 PLUGIN_NAME: Final = "gateway_permissions"
 # What the client and the model are told when a server tool raised (with an error id the log has).
 TOOL_FAILED: Final = "The tool failed."
 BOUNDS_PLUGIN_NAME: Final = "gateway_bounds"
 
-# Session-state key of the chat's `ApprovalBook` (see gateway.core.approval).
+# Session-state key of the chat's `ApprovalBook` (see adk_gateway.core.approval).
 APPROVALS_STATE_KEY: Final = "gateway:approvals"
 
 
@@ -220,7 +220,7 @@ class ToolTimedOut(Exception):
 
 
 class ModelClock(Protocol):
-    """One run's bound on its model calls (kept by `agents.adk.AgentHost`)."""
+    """One run's bound on its model calls (kept by `adk_gateway.agents.adk.AgentHost`)."""
 
     def call_started(self) -> None: ...
 

@@ -8,7 +8,7 @@
 
 `up` starts, on 127.0.0.1 and from Debian's packages (`make system-deps`): one PostgreSQL (the
 session store, database `adk`), one Redis (the stream store, no persistence), two gateway processes
-(`python -m gateway --host 127.0.0.1 --port P --session-store postgresql://... --stream-store
+(`python -m adk_gateway --host 127.0.0.1 --port P --session-store postgresql://... --stream-store
 redis://...`) and nginx round-robin in front of them with the shipped deploy/nginx/adk-gateway.conf
 (only its `listen` port, its upstream `server` lines and its access log path are rewritten, by
 `render_site_conf`). It waits until every piece answers (PostgreSQL, Redis's PING, each gateway's
@@ -657,7 +657,7 @@ class Starter:
         return env
 
     def gateway(self, index: int, port: int, postgres_port: int, redis_port: int) -> dict[str, Any]:
-        argv = [gateway_python(), "-m", "gateway", "--host", HOST, "--port", str(port),
+        argv = [gateway_python(), "-m", "adk_gateway", "--host", HOST, "--port", str(port),
                 "--session-store", f"postgresql://postgres@{HOST}:{postgres_port}/adk",
                 "--stream-store", f"redis://{HOST}:{redis_port}/0"]
         return self.spawn(f"gateway-{index}", "gateway", port, argv, self.logs / f"gateway-{index}.log",

@@ -1,6 +1,6 @@
-"""`python -m gateway` / `adk-gateway`: parse settings, configure logs, serve.
+"""`python -m adk_gateway` / `adk-gateway`: parse settings, configure logs, serve.
 
-`adk-gateway loadtest ...` runs the load generator instead (`gateway.loadtest`, its own flags).
+`adk-gateway loadtest ...` runs the load generator instead (`adk_gateway.loadtest`, its own flags).
 """
 
 from __future__ import annotations
@@ -15,18 +15,18 @@ from importlib import metadata
 import structlog
 from aiohttp import web
 
-from gateway.config import ENV_PREFIX, Settings, SettingsError, load_settings
-from gateway.core.errors import StartupError
-from gateway.logs import AccessLogger, configure_logging
-from gateway.tracing import configure_tracing
+from adk_gateway.config import ENV_PREFIX, Settings, SettingsError, load_settings
+from adk_gateway.core.errors import StartupError
+from adk_gateway.logs import AccessLogger, configure_logging
+from adk_gateway.tracing import configure_tracing
 
 LISTEN_BACKLOG = 4096
 
 
 def configure_scripted_model(settings: Settings) -> None:
     """The scripted model's process-wide latency (its `--scripted-*` settings)."""
-    from agents.script import Latency
-    from agents.scripted import configure_latency
+    from adk_gateway.agents.script import Latency
+    from adk_gateway.agents.scripted import configure_latency
 
     configure_latency(
         Latency(ttft_ms=settings.scripted_ttft_ms, tokens_per_s=settings.scripted_tokens_per_s,
@@ -38,7 +38,7 @@ def configure_scripted_model(settings: Settings) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["loadtest"]:
-        from gateway.loadtest.cli import main as loadtest
+        from adk_gateway.loadtest.cli import main as loadtest
 
         return loadtest(args[1:])
     if args[:1] in (["--version"], ["-V"]):
@@ -62,8 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def serve(settings: Settings) -> None:
     """Builds the app, binds its sockets, and serves until a signal. Raises `StartupError` (before
     `listening` is logged) for a port in use, an agent or a store that cannot be loaded."""
-    from gateway.app import make_app
-    from gateway.config import is_loopback
+    from adk_gateway.app import make_app
+    from adk_gateway.config import is_loopback
 
     if settings.auth == "none" and not is_loopback(settings.host):
         structlog.get_logger("gateway").warning(
@@ -71,7 +71,7 @@ def serve(settings: Settings) -> None:
             detail="--auth none on a reachable host: any client can act as any user (--allow-anonymous)",
         )
     configure_scripted_model(settings)
-    from agents.adk import install_tracer_provider
+    from adk_gateway.agents.adk import install_tracer_provider
 
     configure_tracing(install_tracer_provider)
     app = make_app(settings)

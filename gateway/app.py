@@ -19,11 +19,11 @@ from pathlib import Path
 import structlog
 from aiohttp import WSCloseCode, web
 
-from agents.adk import AgentApps, AgentHost, load_agents, redact_uri, session_service_from_uri
-from agents.artifacts import ArtifactStoreError, artifact_service_from_uri
-from gateway.config import Settings, host_name, origin_key
-from gateway.core.errors import ServiceUnavailable, StartupError, Unauthorized
-from gateway.keys import (
+from adk_gateway.agents.adk import AgentApps, AgentHost, load_agents, redact_uri, session_service_from_uri
+from adk_gateway.agents.artifacts import ArtifactStoreError, artifact_service_from_uri
+from adk_gateway.config import Settings, host_name, origin_key
+from adk_gateway.core.errors import ServiceUnavailable, StartupError, Unauthorized
+from adk_gateway.keys import (
     AUTH,
     DRAINING,
     HOST,
@@ -35,21 +35,21 @@ from gateway.keys import (
     SHUTDOWN_ERRORS,
     SIGN_INS,
 )
-from gateway.metrics import Metrics
-from gateway.services.artifacts import ARTIFACT_ROUTE, ArtifactLinks
-from gateway.services.auth import bearer_token, build_authenticator
-from gateway.services.chat import ChatService
-from gateway.services.extras import Extras
-from gateway.services.leases import leases_for
-from gateway.services.registry import Limits, Registry
-from gateway.services.signin import CALLBACK_PATH, SignIns
-from gateway.services.streams import MemoryStreamStore, StreamStore
-from gateway.tracing import server_spans, tracing_enabled
-from transports import door
+from adk_gateway.metrics import Metrics
+from adk_gateway.services.artifacts import ARTIFACT_ROUTE, ArtifactLinks
+from adk_gateway.services.auth import bearer_token, build_authenticator
+from adk_gateway.services.chat import ChatService
+from adk_gateway.services.extras import Extras
+from adk_gateway.services.leases import leases_for
+from adk_gateway.services.registry import Limits, Registry
+from adk_gateway.services.signin import CALLBACK_PATH, SignIns
+from adk_gateway.services.streams import MemoryStreamStore, StreamStore
+from adk_gateway.tracing import server_spans, tracing_enabled
+from adk_gateway.transports import admission
 
 __all__ = ["Services", "build_apps", "build_services", "make_app", "run_steps"]
 
-log = structlog.get_logger("gateway.app")
+log = structlog.get_logger("adk_gateway.app")
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,7 +59,7 @@ FALLBACK_PAGE = """<!doctype html><meta charset="utf-8"><title>adk-gateway</titl
 
 def _stream_store(settings: Settings) -> StreamStore:
     if settings.stream_store.startswith(("redis://", "rediss://")):
-        from gateway.services.redis_streams import RedisStreamStore
+        from adk_gateway.services.redis_streams import RedisStreamStore
 
         store: StreamStore = RedisStreamStore(
             settings.stream_store, retention_s=settings.resume_retention_s, max_bytes=settings.stream_buffer_bytes
@@ -285,18 +285,18 @@ async def _drain(app: web.Application) -> None:
 def _door(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> Awaitable[web.StreamResponse]:
-    """Every request's way in (`transports.door`): a CORS preflight is answered (421 first when
+    """Every request's way in (`adk_gateway.transports.admission`): a CORS preflight is answered (421 first when
     its `Host` is not the gateway's); everything else runs its handler behind the door's checks,
     the `Host` first, and error answers.
 
     A plain function, not a coroutine: for a handler that passes the door itself (the
-    WebSocket handshake's, `door.passes_itself`), it hands aiohttp the handler's own coroutine,
+    WebSocket handshake's, `admission.passes_itself`), it hands aiohttp the handler's own coroutine,
     so no frame of the middleware stays on the stack for the socket's life.
     """
-    preflight = door.preflight(request)
+    preflight = admission.preflight(request)
     if preflight is not None:
         return _answered(preflight)
-    if door.passes_itself(handler):
+    if admission.passes_itself(handler):
         return handler(request)
     return _through_door(request, handler)
 
@@ -309,10 +309,10 @@ async def _through_door(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
     try:
-        await door.admit(request)
+        await admission.admit(request)
         return await handler(request)
     except Exception as exc:
-        return door.answer(request, exc)
+        return admission.answer(request, exc)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -351,7 +351,7 @@ async def apps(request: web.Request) -> web.Response:
 
 async def me(request: web.Request) -> web.Response:
     """Who the credential names; pages call it to learn whether they must ask for a token."""
-    return web.json_response({"user": door.identity_of(request).user_id, "auth": request.app[AUTH].mode})
+    return web.json_response({"user": admission.identity_of(request).user_id, "auth": request.app[AUTH].mode})
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -388,7 +388,7 @@ def page_headers(request: web.Request) -> dict[str, str]:
     """
     settings = request.app[SETTINGS]
     connect, images = ["'self'"], ["'self'", "data:", "blob:"]
-    own = door.own_origin(request)
+    own = admission.own_origin(request)
     for origin in (own, origin_key(settings.public_url) if settings.public_url else ""):
         scheme, _, host = origin.partition("://")
         if scheme in ("http", "https") and host and host_name(host) is not None:
@@ -432,7 +432,7 @@ def _web_dir(settings: Settings) -> Path:
 
 def make_app(settings: Settings | None = None, *, host: AgentHost | None = None) -> web.Application:
     """Builds the gateway app. `host` lets tests pass their own agent host."""
-    from transports.resources import (
+    from adk_gateway.transports.resources import (
         artifact_file,
         chat,
         chat_approvals,
@@ -442,8 +442,8 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
         oauth_callback,
         rename_chat,
     )
-    from transports.sse import chat_post, chat_resume, chat_stop
-    from transports.websocket import chat_socket
+    from adk_gateway.transports.sse import chat_post, chat_resume, chat_stop
+    from adk_gateway.transports.websocket import chat_socket
 
     settings = settings or Settings()
     # A server span per request, around everything else, when a tracer provider is installed.
@@ -461,7 +461,7 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
         app[HOST] = host
     app.cleanup_ctx.append(_agent_context)
     app.on_shutdown.append(_drain)
-    app.on_response_prepare.append(door.cors_headers)
+    app.on_response_prepare.append(admission.cors_headers)
 
     web_dir = _web_dir(settings)
 
@@ -472,7 +472,7 @@ def make_app(settings: Settings | None = None, *, host: AgentHost | None = None)
         return web.Response(text=FALLBACK_PAGE, content_type="text/html", headers=page_headers(request))
 
     app.router.add_post("/api/chat", chat_post)
-    app.router.add_get(door.WS_PATH, chat_socket)
+    app.router.add_get(admission.WS_PATH, chat_socket)
     app.router.add_get("/api/me", me)
     app.router.add_get("/api/apps", apps)
     app.router.add_get("/api/chat/{chat_id}/stream", chat_resume)

@@ -436,7 +436,7 @@ class Settings(BaseModel):
 
     @cached_property
     def host_names(self) -> frozenset[str]:
-        """The names a request's Host may carry besides an IP address (`transports.door`): localhost,
+        """The names a request's Host may carry besides an IP address (`adk_gateway.transports.admission`): localhost,
         the --host name (unless it is a wildcard address) and --allowed-hosts."""
         names = {"localhost"}
         listen = host_name(self.host)
@@ -461,20 +461,6 @@ class Settings(BaseModel):
     def origin_keys(self) -> frozenset[str]:
         """`origins`, each as `origin_key` compares it."""
         return frozenset(origin_key(origin) for origin in self.origins)
-
-    # The same list under the names the HTTP door (CORS, the POST origin check) and the WebSocket's
-    # handshake read.
-    @property
-    def cors(self) -> frozenset[str]:
-        return self.origins
-
-    @property
-    def cors_keys(self) -> frozenset[str]:
-        return self.origin_keys
-
-    @property
-    def socket_origin_keys(self) -> frozenset[str]:
-        return self.origin_keys
 
     @property
     def client_state_keys(self) -> frozenset[str]:

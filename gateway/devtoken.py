@@ -1,8 +1,8 @@
-"""`python -m gateway.devtoken`: mint an HS256 test token for `--auth jwt --auth-jwt-secret`.
+"""`python -m adk_gateway.devtoken`: mint an HS256 test token for `--auth jwt --auth-jwt-secret`.
 
 For development and tests only: production tokens come from your identity provider.
 
-    python -m gateway.devtoken --secret dev-secret --sub alice [--ttl 3600] [--audience A] [--issuer I]
+    python -m adk_gateway.devtoken --secret dev-secret --sub alice [--ttl 3600] [--audience A] [--issuer I]
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def mint(secret: str, sub: str, *, ttl_s: int = 3600, audience: str = "", issuer
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gateway.devtoken", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m adk_gateway.devtoken", description=__doc__.splitlines()[0])
     parser.add_argument("--secret", default=os.environ.get("ADK_GATEWAY_AUTH_JWT_SECRET", ""),
                         help="the gateway's --auth-jwt-secret [env ADK_GATEWAY_AUTH_JWT_SECRET]")
     parser.add_argument("--sub", required=True, help="the user id")

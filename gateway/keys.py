@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 if TYPE_CHECKING:
-    from agents.adk import AgentHost
-    from gateway.config import Settings
-    from gateway.metrics import Metrics
-    from gateway.services.artifacts import ArtifactLinks
-    from gateway.services.auth import Authenticator, Identity
-    from gateway.services.chat import ChatService
-    from gateway.services.registry import Registry
-    from gateway.services.signin import SignIns
+    from adk_gateway.agents.adk import AgentHost
+    from adk_gateway.config import Settings
+    from adk_gateway.metrics import Metrics
+    from adk_gateway.services.artifacts import ArtifactLinks
+    from adk_gateway.services.auth import Authenticator, Identity
+    from adk_gateway.services.chat import ChatService
+    from adk_gateway.services.registry import Registry
+    from adk_gateway.services.signin import SignIns
 
 __all__ = ["AUTH", "DRAINING", "HOST", "IDENTITY", "LINKS", "METRICS", "REGISTRY", "SERVICE", "SETTINGS",
            "SHUTDOWN_ERRORS", "SIGN_INS"]

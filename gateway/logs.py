@@ -37,8 +37,8 @@ def _redact_credentials(
     logger: object, method: str, event_dict: structlog.types.EventDict
 ) -> structlog.types.EventDict:
     """Last line of defence: no log line carries a URL query's values, an access token (however
-    its name is encoded), a bearer credential or a JWT (`gateway.services.auth.redact`)."""
-    from gateway.services.auth import redact
+    its name is encoded), a bearer credential or a JWT (`adk_gateway.services.auth.redact`)."""
+    from adk_gateway.services.auth import redact
 
     for key, value in event_dict.items():
         if isinstance(value, str) and _MAYBE_CREDENTIAL.search(value) is not None:

@@ -44,7 +44,7 @@ _tracer = trace.get_tracer("adk_gateway")
 
 def configure_tracing(install_provider: Callable[[], None]) -> bool:
     """Installs a tracer provider with an OTLP exporter (`install_provider`: ADK's own setup,
-    `agents.adk.install_tracer_provider`) when the environment names one; returns whether tracing
+    `adk_gateway.agents.adk.install_tracer_provider`) when the environment names one; returns whether tracing
     is on."""
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         install_provider()

@@ -8,7 +8,14 @@ import wave
 
 import numpy as np
 
-from gateway.core.pcm import SAMPLE_WIDTH, BytesLike, PcmFormatError, check_whole_samples, pcm16_to_float, validate_rate
+from adk_gateway.core.pcm import (
+    SAMPLE_WIDTH,
+    BytesLike,
+    PcmFormatError,
+    check_whole_samples,
+    pcm16_to_float,
+    validate_rate,
+)
 
 __all__ = ["dominant_frequency", "wav_bytes", "write_wav"]
 

@@ -3,7 +3,7 @@
     with running_gateway("--detach-on-disconnect", log=tmp / "gateway.log") as url:
         ...  # url is "http://127.0.0.1:PORT", /healthz answers 200
 
-The gateway runs as `.venv/bin/python -m gateway --host 127.0.0.1 --port N [args]` (or the
+The gateway runs as `.venv/bin/python -m adk_gateway --host 127.0.0.1 --port N [args]` (or the
 current interpreter when there is no .venv) from the repository root, with the offline scripted
 model (GOOGLE_API_KEY removed) and JSON logs (ADK_GATEWAY_LOG_FORMAT=json) written to `log`. If
 it exits or /healthz does not answer 200 within STARTUP_DEADLINE_S, it is stopped and the test
@@ -101,7 +101,7 @@ def start_gateway_process(
     env: the environment to start from (default: os.environ); GOOGLE_API_KEY is always removed
         and ADK_GATEWAY_LOG_FORMAT set to json.
     name: how failure messages call the process.
-    command: what starts it (default: this checkout's `python -m gateway`), run in `cwd`.
+    command: what starts it (default: this checkout's `python -m adk_gateway`), run in `cwd`.
 
     The caller stops the process (`stop_process(gateway.proc)`); if it does not come up, it is
     stopped here and the test fails with the tail of its log.
@@ -111,7 +111,7 @@ def start_gateway_process(
     process_env.pop("GOOGLE_API_KEY", None)  # the offline scripted model
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [*(command or (gateway_python(), "-m", "gateway")), "--host", "127.0.0.1", "--port", str(port), *args],
+            [*(command or (gateway_python(), "-m", "adk_gateway")), "--host", "127.0.0.1", "--port", str(port), *args],
             cwd=cwd,
             env=process_env,
             stdout=out,

@@ -1,4 +1,4 @@
-"""Counting, not timing, that work gives the event loop a turn (see `gateway.core.pacing`).
+"""Counting, not timing, that work gives the event loop a turn (see `adk_gateway.core.pacing`).
 
     with Turns(lambda: work_done) as turns:
         await the_work()

@@ -1,6 +1,6 @@
 """Transports: how chunks reach clients (SSE, WebSocket, in-memory)."""
 
-from transports.base import Transport, deliver
-from transports.memory import MemoryClient, MemoryResponse, MemoryTransport
+from adk_gateway.transports.base import Transport, deliver
+from adk_gateway.transports.memory import MemoryClient, MemoryResponse, MemoryTransport
 
 __all__ = ["MemoryClient", "MemoryResponse", "MemoryTransport", "Transport", "deliver"]

@@ -65,15 +65,15 @@ from typing import TYPE_CHECKING, Final
 
 import structlog
 
-from gateway.core import encoding
-from gateway.core.chunks import ADAPTED_FOR_V6, adapt_wire
-from gateway.core.errors import GatewayError, SlowReader
-from gateway.core.pacing import Pacer
-from gateway.services.streams import Follower, FollowerOverrun, LogEntry
+from adk_gateway.core import encoding
+from adk_gateway.core.chunks import ADAPTED_FOR_V6, adapt_wire
+from adk_gateway.core.errors import GatewayError, SlowReader
+from adk_gateway.core.pacing import Pacer
+from adk_gateway.services.streams import Follower, FollowerOverrun, LogEntry
 
 if TYPE_CHECKING:
-    from gateway.metrics import Metrics
-    from gateway.services.registry import Connection
+    from adk_gateway.metrics import Metrics
+    from adk_gateway.services.registry import Connection
 
 __all__ = [
     "CUT_TIMEOUT_S",
@@ -86,7 +86,7 @@ __all__ = [
     "stop_runs",
 ]
 
-log = structlog.get_logger("transports.base")
+log = structlog.get_logger("adk_gateway.transports.base")
 
 # How long a cut connection may take to flush its last words (an `error` chunk, a close frame)
 # before its socket is aborted.
@@ -352,7 +352,7 @@ async def deliver(
     loop = asyncio.get_running_loop()
     major = transport.major
     # A replay of a long log, or a reader catching up, writes batch after batch to a socket that
-    # may never make it wait: the loop gets a turn every few batches (`gateway.core.pacing`).
+    # may never make it wait: the loop gets a turn every few batches (`adk_gateway.core.pacing`).
     pacer = Pacer(every=REPLAY_BATCHES_PER_TURN)
     if guard is not None:
         guard.watch(follower)

@@ -5,7 +5,7 @@ How it works
 ------------
 `MemoryClient` is a client of the gateway's services (`ChatService`, with its `Registry` and
 `StreamStore`) that takes the steps the SSE endpoints take, through the same code
-(`transports.handling`, `transports.base.deliver`):
+(`adk_gateway.transports.chat_steps`, `adk_gateway.transports.base.deliver`):
 
 - `post(body)` is `POST /api/chat`: the body is read and validated as a POST body is, the run is
   started by `ChatService.start`, and the run's log is delivered into a `MemoryTransport`, in a
@@ -32,17 +32,17 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gateway.core.errors import GatewayError
-from gateway.services.auth import ANONYMOUS
-from gateway.services.chat import RequestContext
-from gateway.services.registry import ChatRun, Connection
-from gateway.services.streams import Follower, LogEntry, Wakeup
-from transports.base import SlowReaderGuard, Transport, stop_runs
-from transports.handling import client_major, read_chat_request, refused, respond, stop_chat
+from adk_gateway.core.errors import GatewayError
+from adk_gateway.services.auth import ANONYMOUS
+from adk_gateway.services.chat import RequestContext
+from adk_gateway.services.registry import ChatRun, Connection
+from adk_gateway.services.streams import Follower, LogEntry, Wakeup
+from adk_gateway.transports.base import SlowReaderGuard, Transport, stop_runs
+from adk_gateway.transports.chat_steps import client_major, read_chat_request, refused, respond, stop_chat
 
 if TYPE_CHECKING:
-    from gateway.config import Settings
-    from gateway.services.chat import ChatService
+    from adk_gateway.config import Settings
+    from adk_gateway.services.chat import ChatService
 
 __all__ = ["KEEPALIVE", "MemoryClient", "MemoryResponse", "MemoryTransport"]
 

@@ -2,17 +2,17 @@
 callback of tool sign-ins.
 
 - `GET /api/chats?app&limit&cursor`, `GET|PATCH|DELETE /api/chats/{chat}`,
-  `GET /api/chats/{chat}/approvals`: the caller's chats (`gateway.services.chats`); another
+  `GET /api/chats/{chat}/approvals`: the caller's chats (`adk_gateway.services.chats`); another
   user's chat answers exactly as an unknown one, 404.
 
 - `GET /api/chats/{chat}/artifacts` (the chat's user, authenticated like every `/api/` route):
   the chat's artifacts, each with its versions, media type and a fresh signed link to its latest.
 - `GET /api/chats/{chat}/artifacts/{name}/versions/{version}?app&user&expires&signature`: an
   artifact's bytes, for an `<img src>` or an `<a href>` that carries no header and no cookie, so
-  the signed link is the credential (`gateway.services.artifacts`). Served so that a stored file
+  the signed link is the credential (`adk_gateway.services.artifacts`). Served so that a stored file
   can do nothing on the gateway's origin: its own media type, `nosniff`, and a sandboxing CSP.
 - `GET /api/oauth/callback?code&state` (or `error`): where the provider sends the user's browser
-  back at the end of a tool sign-in. Its state is the credential (`gateway.services.signin`); the
+  back at the end of a tool sign-in. Its state is the credential (`adk_gateway.services.signin`); the
   page it answers tells the app that opened the popup, and closes.
 """
 
@@ -27,19 +27,19 @@ import orjson
 import structlog
 from aiohttp import web
 
-from gateway.core.errors import BadRequest, LinkRefused, NotFound
-from gateway.keys import AUTH, LINKS, SERVICE, SETTINGS, SIGN_INS
-from gateway.services.auth import AnonymousAuth, bearer_token
-from gateway.services.chats import DEFAULT_LIMIT, Chats
-from gateway.services.planning import TURN_STATE_KEY
-from gateway.services.signin import CALLBACK_PATH, SignInRefused, callback_page
-from transports import door
-from transports.handling import public_origin
+from adk_gateway.core.errors import BadRequest, LinkRefused, NotFound
+from adk_gateway.keys import AUTH, LINKS, SERVICE, SETTINGS, SIGN_INS
+from adk_gateway.services.auth import AnonymousAuth, bearer_token
+from adk_gateway.services.chats import DEFAULT_LIMIT, Chats
+from adk_gateway.services.planning import TURN_STATE_KEY
+from adk_gateway.services.signin import CALLBACK_PATH, SignInRefused, callback_page
+from adk_gateway.transports import admission
+from adk_gateway.transports.chat_steps import public_origin
 
 __all__ = ["artifact_file", "chat", "chat_approvals", "chat_artifacts", "chats", "delete_chat", "oauth_callback",
            "rename_chat"]
 
-log = structlog.get_logger("transports.resources")
+log = structlog.get_logger("adk_gateway.transports.resources")
 
 # An artifact is shown as what it is and can run nothing on the gateway's origin.
 _ARTIFACT_HEADERS: Final = {
@@ -60,7 +60,7 @@ async def chats(request: web.Request) -> web.Response:
         limit = int(query.get("limit", DEFAULT_LIMIT))
     except ValueError:
         raise BadRequest("limit must be a number.", code="invalid_limit") from None
-    page, cursor = await _chats(request).page(door.identity_of(request).user_id, app=query.get("app") or None,
+    page, cursor = await _chats(request).page(admission.identity_of(request).user_id, app=query.get("app") or None,
                                               limit=limit, cursor=query.get("cursor") or None)
     body: dict[str, object] = {"chats": [summary.to_json() for summary in page]}
     if cursor is not None:
@@ -69,7 +69,7 @@ async def chats(request: web.Request) -> web.Response:
 
 
 async def chat(request: web.Request) -> web.Response:
-    loaded = await _chats(request).load(door.identity_of(request).user_id, request.match_info["chat_id"],
+    loaded = await _chats(request).load(admission.identity_of(request).user_id, request.match_info["chat_id"],
                                         request.query.get("app") or None)
     return web.json_response(loaded, dumps=_dumps)
 
@@ -80,19 +80,19 @@ async def rename_chat(request: web.Request) -> web.Response:
     except ValueError:
         raise BadRequest("The body must be JSON.", code="invalid_json") from None
     title = body.get("title") if isinstance(body, dict) else None
-    summary = await _chats(request).rename(door.identity_of(request).user_id, request.match_info["chat_id"], title,
+    summary = await _chats(request).rename(admission.identity_of(request).user_id, request.match_info["chat_id"], title,
                                            request.query.get("app") or None)
     return web.json_response(summary.to_json(), dumps=_dumps)
 
 
 async def delete_chat(request: web.Request) -> web.Response:
-    await _chats(request).delete(door.identity_of(request).user_id, request.match_info["chat_id"],
+    await _chats(request).delete(admission.identity_of(request).user_id, request.match_info["chat_id"],
                                  request.query.get("app") or None)
     return web.Response(status=204)
 
 
 async def chat_approvals(request: web.Request) -> web.Response:
-    audit = await _chats(request).approvals(door.identity_of(request).user_id, request.match_info["chat_id"],
+    audit = await _chats(request).approvals(admission.identity_of(request).user_id, request.match_info["chat_id"],
                                             request.query.get("app") or None)
     return web.json_response({"approvals": audit}, dumps=_dumps)
 
@@ -102,7 +102,7 @@ def _dumps(value: object) -> str:
 
 
 async def chat_artifacts(request: web.Request) -> web.Response:
-    identity = door.identity_of(request)
+    identity = admission.identity_of(request)
     chat_id = request.match_info["chat_id"]
     host = request.app[SERVICE].apps.host(request.query.get("app") or None)
     if await host.get_session(identity.user_id, chat_id, events=False) is None:
@@ -124,7 +124,7 @@ async def chat_artifacts(request: web.Request) -> web.Response:
     return web.json_response({"artifacts": listed})
 
 
-@door.needs_no_credential
+@admission.needs_no_credential
 async def artifact_file(request: web.Request) -> web.Response:
     chat_id = request.match_info["chat_id"]
     name = request.match_info["name"]
@@ -148,7 +148,7 @@ async def artifact_file(request: web.Request) -> web.Response:
     return web.Response(body=data, headers=headers)
 
 
-@door.needs_no_credential
+@admission.needs_no_credential
 async def oauth_callback(request: web.Request) -> web.Response:
     """The end of a tool sign-in: see the module docstring. Refusals answer a page too (the user
     sees it in the popup), with status 400 or 403."""

@@ -6,19 +6,19 @@ detach on disconnect) and waits for it, so no tool runs after the client is gone
 
 Writes: the headers and `: stream-open` go out with the chunks waiting when the response opens (a
 chat's `start` chunk is always there); chunks already waiting in the log go out as one `write` of
-their events (see `transports.base`, "Writes are coalesced"); once the run has ended, its last
+their events (see `adk_gateway.transports.base`, "Writes are coalesced"); once the run has ended, its last
 chunks, `[DONE]` and the end of the chunked body are one write (`finish`).
 
 Memory: a held stream keeps its handler's frame and the objects below (a slotted transport, the
 guard, the registry connection, the run); the parsed request body is let go once the run has
 started. See docs/perf/memory-per-connection.md.
 
-Slow readers: each response has a `SlowReaderGuard` (transports.base). A cut response gets an
+Slow readers: each response has a `SlowReaderGuard` (adk_gateway.transports.base). A cut response gets an
 `error` chunk and `[DONE]` if they can still be written in time, then its connection is closed
 (or aborted, when it cannot flush); the handler returns and the run stops as on a disconnect.
 
 The steps that do not depend on HTTP (reading the body, refusing, answering with the run's log,
-stopping) are `transports.handling`'s, shared with the in-memory client (transports.memory).
+stopping) are `adk_gateway.transports.chat_steps`'s, shared with the in-memory client (adk_gateway.transports.memory).
 """
 
 from __future__ import annotations
@@ -31,21 +31,28 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from gateway import logs
-from gateway.core import encoding
-from gateway.core.errors import GatewayError, PayloadTooLarge
-from gateway.core.requests import ChatRequest
-from gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS
-from gateway.services.auth import AnonymousAuth
-from gateway.services.chat import RequestContext
-from gateway.services.registry import ChatRun, Connection
-from gateway.services.streams import LogEntry
-from transports.base import SlowReaderGuard, Transport, stop_runs
-from transports.handling import client_major, public_origin, read_chat_request, refused, respond, stop_chat
+from adk_gateway import logs
+from adk_gateway.core import encoding
+from adk_gateway.core.errors import GatewayError, PayloadTooLarge
+from adk_gateway.core.requests import ChatRequest
+from adk_gateway.keys import AUTH, IDENTITY, SERVICE, SETTINGS
+from adk_gateway.services.auth import AnonymousAuth
+from adk_gateway.services.chat import RequestContext
+from adk_gateway.services.registry import ChatRun, Connection
+from adk_gateway.services.streams import LogEntry
+from adk_gateway.transports.base import SlowReaderGuard, Transport, stop_runs
+from adk_gateway.transports.chat_steps import (
+    client_major,
+    public_origin,
+    read_chat_request,
+    refused,
+    respond,
+    stop_chat,
+)
 
 __all__ = ["SSETransport", "caller_of", "chat_post", "chat_resume", "chat_stop", "client_major", "slow_reader_guard"]
 
-log = structlog.get_logger("transports.sse")
+log = structlog.get_logger("adk_gateway.transports.sse")
 
 
 class SSETransport(Transport):
@@ -161,7 +168,7 @@ def error_response(error: GatewayError) -> web.Response:
 
 
 async def _read_body(request: web.Request) -> ChatRequest:
-    """The request's `ChatRequest` (`handling.read_chat_request`); a body over the limit is refused
+    """The request's `ChatRequest` (`chat_steps.read_chat_request`); a body over the limit is refused
     as soon as its announced length or the bytes read pass it, before it is all read."""
     settings = request.app[SETTINGS]
     limit = settings.max_body_bytes
@@ -191,7 +198,7 @@ async def chat_post(request: web.Request) -> web.StreamResponse:
     service = request.app[SERVICE]
     request_id = request.headers.get("x-request-id") or uuid.uuid4().hex[:16]
     service.metrics.requests.labels(transport="sse").inc()
-    # Bound and reset with a token (`gateway.logs.bind`): no context manager's frame stays behind
+    # Bound and reset with a token (`adk_gateway.logs.bind`): no context manager's frame stays behind
     # for the life of the stream.
     log_token = logs.bind("request_id", request_id)
     try:

@@ -5,33 +5,33 @@ Frames out: `start`, `chunk{requestId, sequence}`, `end`, `error{requestId, erro
 `no-active`. Many requests share one socket and are told apart by `requestId`.
 
 How it works: the handler (`chat_socket`) reads the socket's frames in its own task and hands
-each to the socket's `SocketSession`, which reads it (`transports.websocket_frames`: a validated
+each to the socket's `SocketSession`, which reads it (`adk_gateway.transports.websocket_frames`: a validated
 frame, or a refusal answered with an `error` frame) and dispatches it. Each `send` plans and
 starts a run through the chat service (the same path as SSE) and spawns a delivery task owned by
 the socket's registry connection; each `resume` spawns a delivery from the chat's stream log.
-Live frames and binary audio go to the socket's live extension (`transports.websocket_live`),
+Live frames and binary audio go to the socket's live extension (`adk_gateway.transports.websocket_live`),
 which opens a live session with one service call and passes it its frames and audio; the
 session's log is delivered the same way. When the socket closes — by the client, a failed
 heartbeat, or shutdown — leaving the registry connection stops every run it started (unless runs
 detach on disconnect), ends a live session, and cancels and awaits every delivery task.
 
 Writes: every request's frames go out through the socket's one `SocketWriter`
-(`transports.websocket_writer`): one write at a time, chunks already waiting in a request's log
-back to back under one hold of the socket, one frame each (see `transports.base`, "Writes are
+(`adk_gateway.transports.websocket_writer`): one write at a time, chunks already waiting in a request's log
+back to back under one hold of the socket, one frame each (see `adk_gateway.transports.base`, "Writes are
 coalesced").
 
 Memory: an idle socket holds one coroutine frame of ours (the handler's: it passes the door
 itself, takes the slot, upgrades, enters the registry connection, which binds the log context, and
 reads, with no other coroutine of ours left on the stack: not the app's middleware, not a reading
 loop), two slotted objects (the session, its registry connection), one id, its log context and its
-caller's user id; aiohttp's and asyncio's objects for the connection are about 14 KiB (see
+caller's user id, beside aiohttp's and asyncio's own objects for the connection (what each costs:
 docs/perf/memory-per-connection.md). What a socket needs only once it talks is created by its
 first frame: the connection's task group and the writer with its guard and send lock (both before
 anything can be written, so that a slow-reader cut, which may come from a timer, finds the group
 open), the frame reader, the request maps, the send window; the live extension by the first live
 or binary frame.
 
-Slow readers: the socket has one `SlowReaderGuard` (transports.base) over all its requests and
+Slow readers: the socket has one `SlowReaderGuard` (adk_gateway.transports.base) over all its requests and
 frames, its writer's. A cut socket stops its deliveries and runs and closes with 4008 "slow"; if
 the close frame cannot be flushed within `CUT_TIMEOUT_S` the guard aborts the socket, so a blocked
 write never keeps the close from happening.
@@ -53,31 +53,31 @@ import structlog
 from aiohttp import WSCloseCode, WSMessage, WSMsgType, web
 from pydantic import ValidationError
 
-from gateway.config import origin_key
-from gateway.core import encoding
-from gateway.core.errors import GatewayError, LimitReached, OriginRefused, SlowReader, Unauthorized
-from gateway.core.requests import AbortFrame, ClientFrame, ResumeFrame, SendFrame
-from gateway.keys import AUTH, METRICS, SERVICE, SETTINGS
-from gateway.services.auth import Authenticator, bearer_token
-from gateway.services.chat import RequestContext
-from gateway.services.live import Deliver
-from gateway.services.registry import ChatRun, Connection, SendVerdict
-from gateway.services.streams import Follower, LogEntry, StreamLog
-from gateway.tracing import frame_span
-from transports import door
-from transports.base import Transport, deliver
-from transports.handling import client_major, public_origin
-from transports.websocket_frames import FrameReader, Refusal
-from transports.websocket_live import LiveExtension
-from transports.websocket_writer import SocketWriter
+from adk_gateway.config import origin_key
+from adk_gateway.core import encoding
+from adk_gateway.core.errors import GatewayError, LimitReached, OriginRefused, SlowReader, Unauthorized
+from adk_gateway.core.requests import AbortFrame, ClientFrame, ResumeFrame, SendFrame
+from adk_gateway.keys import AUTH, METRICS, SERVICE, SETTINGS
+from adk_gateway.services.auth import Authenticator, bearer_token
+from adk_gateway.services.chat import RequestContext
+from adk_gateway.services.live import Deliver
+from adk_gateway.services.registry import ChatRun, Connection, SendVerdict
+from adk_gateway.services.streams import Follower, LogEntry, StreamLog
+from adk_gateway.tracing import frame_span
+from adk_gateway.transports import admission
+from adk_gateway.transports.base import Transport, deliver
+from adk_gateway.transports.chat_steps import client_major, public_origin
+from adk_gateway.transports.websocket_frames import FrameReader, Refusal
+from adk_gateway.transports.websocket_live import LiveExtension
+from adk_gateway.transports.websocket_writer import SocketWriter
 
 if TYPE_CHECKING:
-    from gateway.config import Settings
-    from gateway.services.chat import ChatService
+    from adk_gateway.config import Settings
+    from adk_gateway.services.chat import ChatService
 
 __all__ = ["SocketSession", "WebSocketRequestTransport", "chat_socket", "origin_allowed"]
 
-log = structlog.get_logger("transports.websocket")
+log = structlog.get_logger("adk_gateway.transports.websocket")
 
 # What ends `async for message in ws` (aiohttp's `__anext__`); `serve` reads with `receive()`.
 _CLOSING: Final = frozenset({WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED})
@@ -124,13 +124,13 @@ class WebSocketRequestTransport(Transport):
 
 
 def origin_allowed(request: web.Request, settings: Settings) -> bool:
-    """The gateway's own origin, or one of `--allowed-origins` and `--cors-origins`, each compared
-    whole (scheme, host, port: `door.is_own_origin`, `config.origin_key`). No Origin: not a
+    """The gateway's own origin, or one of `--allowed-origins` (and `--cors-origins`), each compared
+    whole (scheme, host, port: `admission.is_own_origin`, `config.origin_key`). No Origin: not a
     browser, allowed (browsers always send Origin on a WebSocket handshake)."""
     origin = request.headers.get("Origin")
-    if origin is None or "*" in settings.origins or "*" in settings.cors:
+    if origin is None or "*" in settings.origins:
         return True
-    return door.is_own_origin(request, origin) or origin_key(origin) in settings.socket_origin_keys
+    return admission.is_own_origin(request, origin) or origin_key(origin) in settings.origin_keys
 
 
 class SocketSession:
@@ -391,7 +391,7 @@ def _origin_refusal(request: web.Request) -> web.Response | None:
         return None
     request.app[METRICS].auth_refused.labels(reason="socket_origin").inc()
     log.warning("origin_refused", origin=request.headers.get("Origin", "")[:200], peer=request.remote,
-                path=door.loggable_target(request))
+                path=admission.loggable_target(request))
     error = OriginRefused()
     return web.json_response(error.body(), status=error.status)
 
@@ -403,9 +403,9 @@ def _socket_response(request: web.Request) -> web.WebSocketResponse:
 
 
 def _log_open(request: web.Request, user_id: str) -> None:
-    # The query's names only, never its values (`door.loggable_target`), parsed without aiohttp
+    # The query's names only, never its values (`admission.loggable_target`), parsed without aiohttp
     # caching anything on the request for its life.
-    log.info("socket_open", user_id=user_id, path=door.loggable_target(request),
+    log.info("socket_open", user_id=user_id, path=admission.loggable_target(request),
              origin=request.headers.get("Origin", "")[:200] or None, peer=request.remote)
 
 
@@ -422,19 +422,19 @@ async def _session(ws: web.WebSocketResponse, conn: Connection, service: ChatSer
     return session
 
 
-@door.passes_door_itself
+@admission.passes_door_itself
 async def chat_socket(request: web.Request) -> web.StreamResponse:
     """The socket's whole life in one coroutine: the door's checks, the handshake, then its
     frames until it closes.
 
     No coroutine of ours but this one stays on the stack while the socket idles (see "Memory" in
-    the module docstring): it passes the door itself (`transports.door`: the checks, and its
+    the module docstring): it passes the door itself (`adk_gateway.transports.admission`: the checks, and its
     answers to what they or the handshake raise) instead of under the app's middleware, reads
     the frames here, and the helpers above keep the steps that need no waiting out of this frame,
     which lives as long as the socket.
     """
     try:
-        identity = await door.admit(request, keep=False)
+        identity = await admission.admit(request, keep=False)
         assert identity is not None  # an `/api/` route
         # Only what the socket needs of its caller stays in this frame, which lives as long as it.
         user_id, expires_at = identity.user_id, identity.expires_at
@@ -470,4 +470,4 @@ async def chat_socket(request: web.Request) -> web.StreamResponse:
                     await ws.close()
         return ws
     except Exception as exc:
-        return door.answer(request, exc)
+        return admission.answer(request, exc)

@@ -5,7 +5,7 @@ How it works
 `FrameReader.read()` takes the text of one frame and checks it in the order that costs least
 first: JSON within `--max-json-depth` (parsed in slices that give the event loop back, as a POST
 body is), an object, a known `type`, a `send` frame's history within `--max-history-messages`,
-then the frame's model (`gateway.core.requests.validate_frame`). It returns the frame, or a
+then the frame's model (`adk_gateway.core.requests.validate_frame`). It returns the frame, or a
 `Refusal`: the `error` frame to answer with, carrying the frame's `requestId` when one can be
 read.
 
@@ -24,17 +24,17 @@ from typing import TYPE_CHECKING, Final
 import structlog
 from pydantic import ValidationError
 
-from gateway.core import encoding, jsonparse
-from gateway.core.errors import HistoryTooLong
-from gateway.core.requests import LIVE_FRAME_TYPES, ClientFrame, message_count, validate_frame
+from adk_gateway.core import encoding, jsonparse
+from adk_gateway.core.errors import HistoryTooLong
+from adk_gateway.core.requests import LIVE_FRAME_TYPES, ClientFrame, message_count, validate_frame
 
 if TYPE_CHECKING:
-    from gateway.config import Settings
-    from gateway.metrics import Metrics
+    from adk_gateway.config import Settings
+    from adk_gateway.metrics import Metrics
 
 __all__ = ["KNOWN_FRAME_TYPES", "MAX_BAD_FRAMES", "FrameReader", "Refusal"]
 
-log = structlog.get_logger("transports.websocket")
+log = structlog.get_logger("adk_gateway.transports.websocket")
 
 MAX_BAD_FRAMES: Final = 10
 KNOWN_FRAME_TYPES: Final = frozenset({"send", "resume", "abort", *LIVE_FRAME_TYPES})

@@ -3,7 +3,7 @@
 How it works
 ------------
 A socket has at most one live session at a time. `live-start` opens it with one service call
-(`gateway.services.live.start_live`), as a request of the socket: the session's log reaches the
+(`adk_gateway.services.live.start_live`), as a request of the socket: the session's log reaches the
 client like a `send`'s response (`start`, `chunk`s, `end` under the frame's `requestId`), through
 the socket's delivery (`SocketSession.delivery_for`). From then on every other live frame — text,
 an image (base64 here, decoded for the session), an approval's answer, a browser tool's output,
@@ -18,20 +18,39 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from gateway.core import encoding
-from gateway.core.errors import GatewayError
-from gateway.core.pcm import PcmFormatError
-from gateway.core.requests import ClientFrame, LiveImageFrame, LiveStartFrame
-from gateway.services.live import LiveFrame, LiveHandle, LiveOptions, apply_frame, start_live
-from gateway.tracing import frame_span
-from transports.websocket_frames import Refusal
+from adk_gateway.core import encoding
+from adk_gateway.core.errors import GatewayError
+from adk_gateway.core.pcm import PcmFormatError
+from adk_gateway.core.requests import ClientFrame, LiveImageFrame, LiveStartFrame
+from adk_gateway.services.live import LiveFrame, LiveHandle, LiveOptions, apply_frame, start_live
+from adk_gateway.tracing import frame_span
+from adk_gateway.transports.websocket_frames import Refusal
 
 if TYPE_CHECKING:
-    from transports.websocket import SocketSession
+    from adk_gateway.config import Settings
+    from adk_gateway.services.chat import ChatService, RequestContext
+    from adk_gateway.services.live import Deliver
+    from adk_gateway.services.registry import Connection
 
-__all__ = ["LiveExtension"]
+__all__ = ["LiveExtension", "LiveSocket"]
+
+
+class LiveSocket(Protocol):
+    """What the extension uses of its socket (`SocketSession`)."""
+
+    conn: Connection
+    service: ChatService
+    settings: Settings
+
+    async def send(self, text: str) -> None: ...
+
+    async def refuse(self, refusal: Refusal) -> None: ...
+
+    async def context(self, headers: dict[str, str], request_id: str) -> RequestContext | None: ...
+
+    def delivery_for(self, request_id: str, major: int) -> Deliver: ...
 
 
 class LiveExtension:
@@ -40,7 +59,7 @@ class LiveExtension:
 
     __slots__ = ("handle", "request_id", "socket")
 
-    def __init__(self, socket: SocketSession) -> None:
+    def __init__(self, socket: LiveSocket) -> None:
         self.socket = socket
         self.handle: LiveHandle | None = None
         self.request_id: str | None = None

@@ -2,13 +2,13 @@
 
 How it works
 ------------
-Many requests share one socket (`transports.websocket`), so their frames go out through the
+Many requests share one socket (`adk_gateway.transports.websocket`), so their frames go out through the
 socket's one `SocketWriter`: a lock lets one writer at a time hold the socket, and a request's
 chunks that were waiting together go out back to back under one hold (`send_frames`, see
-`transports.base`, "Writes are coalesced"). The frames of a batch are taken only once the socket
+`adk_gateway.transports.base`, "Writes are coalesced"). The frames of a batch are taken only once the socket
 is free, so until then they stay in their log, counted in its follower's backlog.
 
-Slow readers: the socket has one `SlowReaderGuard` (transports.base) over all its requests and
+Slow readers: the socket has one `SlowReaderGuard` (adk_gateway.transports.base) over all its requests and
 frames; every write is watched by it (`writing()`). A cut stops the socket's runs and closes it
 with 4008 "slow"; nothing is cancelled mid-write: if the close frame cannot be flushed within
 `CUT_TIMEOUT_S` the guard aborts the socket, so a blocked write never keeps the close from
@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
-from gateway.core.errors import GatewayError
-from transports.base import SlowReaderGuard, stop_runs
+from adk_gateway.core.errors import GatewayError
+from adk_gateway.transports.base import SlowReaderGuard, stop_runs
 
 if TYPE_CHECKING:
-    from gateway.config import Settings
-    from gateway.metrics import Metrics
-    from gateway.services.registry import Connection
+    from adk_gateway.config import Settings
+    from adk_gateway.metrics import Metrics
+    from adk_gateway.services.registry import Connection
 
 __all__ = ["SocketWriter"]
 

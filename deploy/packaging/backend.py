@@ -62,6 +62,10 @@ def _package_page() -> None:
 def build_wheel(wheel_directory: str, config_settings: dict[str, Any] | None = None,
                 metadata_directory: str | None = None) -> str:
     _package_page()
+    # setuptools builds the wheel from build/lib, which keeps what an earlier build put there (a
+    # module since removed or renamed would ship again): start it afresh.
+    for stale in (ROOT / "build" / "lib", *(ROOT / "build").glob("bdist.*")):
+        shutil.rmtree(stale, ignore_errors=True)
     return str(_setuptools.build_wheel(wheel_directory, config_settings, metadata_directory))
 
 

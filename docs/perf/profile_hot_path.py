@@ -8,16 +8,16 @@ CASE is one of:
 - ``fresh-chat``: 300 turns of ``/echo one two three`` over SSE, each in a new chat; turns 100-299
   are profiled.
 - ``reused-chat``: 210 turns of one chat over SSE, the whole history posted each turn as ``useChat``
-  does (``gateway.loadtest``'s reused-chat client, prompt ``/echo hello from the load
+  does (``adk_gateway.loadtest``'s reused-chat client, prompt ``/echo hello from the load
   generator``); turns 15-29 and 195-209 are profiled (two profiles, to see what grows).
 - ``stream-sse`` / ``stream-ws``: 20 turns of ``/stream 1000 0`` (1,000 text deltas) over SSE or over
   the WebSocket (one socket, as a browser tab keeps it); all but the first are profiled.
 - ``all``: the four in turn.
 
-The gateway is built as ``python -m gateway`` builds it (``make_app(Settings(model="scripted"))``,
+The gateway is built as ``python -m adk_gateway`` builds it (``make_app(Settings(model="scripted"))``,
 the ``memory://`` session and stream stores, logs configured by ``configure_logging`` with the
 default settings and written to /dev/null, ``gc.freeze()`` after start, no access log) and served
-by aiohttp's ``TestServer`` on 127.0.0.1. One client (``gateway.loadtest``'s ``Client``) runs in
+by aiohttp's ``TestServer`` on 127.0.0.1. One client (``adk_gateway.loadtest``'s ``Client``) runs in
 the same process and on the same event loop, so the profile holds both sides.
 
 Each case runs twice, each time in a fresh app: first without the profiler, for the per-turn
@@ -61,10 +61,10 @@ from pyinstrument.frame_info import parse_frame_info  # noqa: E402
 from pyinstrument.renderers import HTMLRenderer  # noqa: E402
 
 import gateway  # noqa: E402
-from gateway.app import make_app  # noqa: E402
-from gateway.config import Settings  # noqa: E402
-from gateway.logs import configure_logging  # noqa: E402
-from gateway.loadtest import Client, LoadConfig, Sample, chat_turn  # noqa: E402
+from adk_gateway.app import make_app  # noqa: E402
+from adk_gateway.config import Settings  # noqa: E402
+from adk_gateway.logs import configure_logging  # noqa: E402
+from adk_gateway.loadtest import Client, LoadConfig, Sample, chat_turn  # noqa: E402
 
 assert Path(gateway.__file__).resolve().is_relative_to(ROOT), gateway.__file__
 

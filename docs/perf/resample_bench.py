@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gateway.core.pcm import float_to_pcm16, pcm16_to_float
-from gateway.core.resample import Resampler
+from adk_gateway.core.pcm import float_to_pcm16, pcm16_to_float
+from adk_gateway.core.resample import Resampler
 
 try:
     import soxr

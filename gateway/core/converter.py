@@ -1,8 +1,8 @@
 """Agent events -> UI message chunks, for chat responses and live turns alike. Pure: no I/O, no asyncio.
 
 One `MessageConverter` writes one assistant message: a chat response (one POST, or one WebSocket
-`send`), or one model turn of a live session. It is fed the core's events (`gateway.core.events`;
-`agents.events` reads ADK's) in order and returns, for each, the chunks to send and the *effects*
+`send`), or one model turn of a live session. It is fed the core's events (`adk_gateway.core.events`;
+`adk_gateway.agents.events` reads ADK's) in order and returns, for each, the chunks to send and the *effects*
 the caller acts on; it writes through a `MessageWriter`, which keeps the part bookkeeping. The two
 kinds of message differ only in how steps are cut and what an error does (`Mode`).
 
@@ -42,7 +42,7 @@ The rules, once for both:
 The rules both messages and the chat's continuations share are module functions: what a tool's
 result means (`write_tool_result`: ADK's rejection and the interrupt result are denials, a lone
 `error` is a tool error, anything else the output), how what the approval book decides is shown
-(`write_shown`), how a file is sent (`write_file`), which error text reaches a client
+(`write_notice`), how a file is sent (`write_file`), which error text reaches a client
 (`safe_error_text`) and how ADK's finish reasons map to the AI SDK's (`map_finish_reason`).
 """
 
@@ -55,9 +55,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from gateway.core import chunks as c
-from gateway.core.approval import INTERRUPT_TEXT, REJECTED_TEXT, AwaitClient, CallState, RunInBrowser, Shown
-from gateway.core.events import (
+from adk_gateway.core import chunks as c
+from adk_gateway.core.approval import INTERRUPT_TEXT, REJECTED_TEXT, AwaitClient, CallState, RunInBrowser, ToolNotice
+from adk_gateway.core.events import (
     AgentEvent,
     FileData,
     FunctionCall,
@@ -68,9 +68,9 @@ from gateway.core.events import (
     Transcription,
     Usage,
 )
-from gateway.core.kinds import CONFIRMATION_TOOL, CREDENTIAL_TOOL, PLACEHOLDER_ERROR, ToolKind
-from gateway.core.pcm import OUTPUT_RATE
-from gateway.core.writer import MessageWriter, json_safe
+from adk_gateway.core.kinds import CONFIRMATION_TOOL, CREDENTIAL_TOOL, PLACEHOLDER_ERROR, ToolKind
+from adk_gateway.core.pcm import OUTPUT_RATE
+from adk_gateway.core.writer import MessageWriter, json_safe
 
 __all__ = [
     "AGENT_FAILED",
@@ -92,7 +92,7 @@ __all__ = [
     "result_outcome",
     "safe_error_text",
     "write_file",
-    "write_shown",
+    "write_notice",
     "write_tool_result",
 ]
 
@@ -178,7 +178,7 @@ def write_tool_result(writer: MessageWriter, call_id: str, payload: Mapping[str,
         writer.tool_output(call_id, payload, provider_executed=provider_executed)
 
 
-def write_shown(writer: MessageWriter, item: Shown) -> None:
+def write_notice(writer: MessageWriter, item: ToolNotice) -> None:
     """What the approval authority says to show the client: an approval request, a browser tool
     re-announced to run now, or how a call ended (denied, or an error with its text)."""
     if isinstance(item, AwaitClient):
@@ -414,11 +414,11 @@ class MessageConverter:
         result.chunks = self._take()
         return result
 
-    def show(self, items: Iterable[Shown]) -> list[c.Chunk]:
-        """What the approval book says to show the client (`write_shown`), in order; in a live
+    def show(self, items: Iterable[ToolNotice]) -> list[c.Chunk]:
+        """What the approval book says to show the client (`write_notice`), in order; in a live
         turn, a call that now waits for the client ends the step."""
         for item in items:
-            write_shown(self._writer, item)
+            write_notice(self._writer, item)
             if self.mode is Mode.LIVE and isinstance(item, AwaitClient):
                 self._writer.finish_step()
         return self._take()

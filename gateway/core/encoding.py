@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import orjson
 
-from gateway.core.chunks import Chunk
+from adk_gateway.core.chunks import Chunk
 
 SSE_HEADERS: Final[dict[str, str]] = {
     "Content-Type": "text/event-stream",

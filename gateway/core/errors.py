@@ -26,7 +26,7 @@
 
 Beside the tree, `StartupError`: something a setting names keeps the process from starting (an
 agent that does not import, a store that does not parse or answer, a port in use). It reaches no
-client: `python -m gateway` prints it as one line naming the setting's flag and variable and exits
+client: `python -m adk_gateway` prints it as one line naming the setting's flag and variable and exits
 with status 2.
 
 `LimitReached` is a cap answered before anything streams (gateway/services/registry.py). Its `reason`
@@ -215,7 +215,7 @@ class ModelTimedOut(GatewayError):
 
 
 class SlowReader(GatewayError):
-    """A client that did not read its stream fast enough was cut (see `transports.base`). Raised
+    """A client that did not read its stream fast enough was cut (see `adk_gateway.transports.base`). Raised
     only after the stream began, so it never becomes a status: SSE ends with an `error` chunk
     when one can still be written, a socket closes with 4008 ("slow", as Centrifugo's 3008).
     `reason`: `pending` (over `--max-pending-bytes` for the grace), `stalled` (a write blocked
@@ -295,7 +295,7 @@ class Overloaded(LimitReached):
 
 
 class StartupError(Exception):
-    """Something `setting` (a field of `gateway.config.Settings`) names keeps the gateway from
+    """Something `setting` (a field of `adk_gateway.config.Settings`) names keeps the gateway from
     starting; the message says what and, where it helps, how to fix it."""
 
     def __init__(self, message: str, *, setting: str) -> None:

@@ -1,7 +1,7 @@
 """The agent's events as the core sees them: small frozen values, no ADK types.
 
-`agents.events.agent_event` builds one from an ADK `Event`; the converters
-(`gateway.core.converter`) read only these. The fields are the ones the UI message stream needs;
+`adk_gateway.agents.events.agent_event` builds one from an ADK `Event`; the converters
+(`adk_gateway.core.converter`) read only these. The fields are the ones the UI message stream needs;
 anything else of ADK's stays in `agents/`. Payloads (`args`, `response`, `data`) are the ADK
 objects' own values, not copies: an event is read once, on the hot path of every streamed token.
 """

@@ -9,7 +9,7 @@ explicit stack, so no input makes anything recurse, here or in the code that wal
 
 A chat history's earlier messages are not walked: a top-level `messages` list (the history of a
 request body or a `send` frame) contributes only its last message here. The earlier ones are
-never read unless the chat is imported or rebuilt from them, and `gateway.core.requests` checks their
+never read unless the chat is imported or rebuilt from them, and `adk_gateway.core.requests` checks their
 depth then (`validated_history`): a turn costs what is new in the history, not its length.
 
 `loads_request` goes one step further for a request body or a frame: its top-level `messages`
@@ -17,16 +17,16 @@ list is not even built. msgspec scans the document (checking its syntax) and han
 message as the bytes the client sent (`msgspec.Raw`, no copy); orjson parses the other fields and
 the last message, which becomes a `PostedMessage` (its bytes and its value). The earlier messages
 stay `msgspec.Raw` and are parsed only when used (`parse_posted`), and the chat's fingerprint is
-taken over their bytes as sent (`gateway.core.requests.history_digest`). msgspec's scan of what it
+taken over their bytes as sent (`adk_gateway.core.requests.history_digest`). msgspec's scan of what it
 skips is laxer than orjson (it lets invalid UTF-8 or an infinite number through inside a string or
 number it does not decode), so the bytes of a message are trusted only once orjson has parsed them,
 on this turn or, for a history the session already ran, on the turn that recorded their fingerprint.
 A document that is not an object with a non-empty `messages` list is parsed whole, as by `loads`.
 
-Large inputs: orjson itself is fast (about 10 ms per MiB, holding the GIL, so a worker thread
-would not free the loop), but the depth walk is Python and costs about 40 ms per MiB.
-`loads_async` walks in slices of a few milliseconds and lets the loop run between them. Slicing on
-the loop, not a thread: a CPU-bound thread makes every socket call of the loop wait for the GIL.
+Large inputs: orjson itself is fast, and holds the GIL (a worker thread would not free the
+loop); the depth walk is Python and costs several times more. `loads_async` walks in slices of a
+few milliseconds and lets the loop run between them. Slicing on the loop, not a thread: a
+CPU-bound thread makes every socket call of the loop wait for the GIL.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ capture at another rate (48 kHz, 44.1 kHz, ...) are converted with
 :func:`to_input_pcm`, or with a :class:`Resampler` when the stream arrives in
 small frames and each frame should not be filtered in isolation.
 
-Resampling is in :mod:`gateway.core.resample`, voice activity detection in
-:mod:`gateway.core.vad`.
+Resampling is in :mod:`adk_gateway.core.resample`, voice activity detection in
+:mod:`adk_gateway.core.vad`.
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ A posted history costs what is new in it, not its length
 `useChat` posts the whole history on every turn, and a session already holds every message but the
 last. So a request (`ChatRequest`, or a `send` frame) validates its *last* message in full — the one
 the turn acts on — and the others only when they are used. As the transports parse them
-(`gateway.core.jsonparse.loads_request`), the earlier messages are the bytes the client sent
+(`adk_gateway.core.jsonparse.loads_request`), the earlier messages are the bytes the client sent
 (`msgspec.Raw`), not parsed. `history_digest()` fingerprints a history over those bytes, so the chat
 service can tell, with one pass of a hash, whether the posted messages still begin with the ones
-its session ran (see `gateway.services.chat`); `checked_heads()` parses the messages after those
+its session ran (see `adk_gateway.services.chat`); `checked_heads()` parses the messages after those
 and checks that each is an object with a string `id`, a known `role` and a `parts` list; and
 `validated_history()` parses, depth-checks and validates every earlier message when a chat is
 imported or rebuilt from them. An earlier message given as a value (a body parsed whole) gets the
@@ -43,8 +43,8 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.core.jsonparse import PostedMessage, depth_exceeds, parse_posted, too_deep
-from gateway.core.pacing import Pacer
+from adk_gateway.core.jsonparse import PostedMessage, depth_exceeds, parse_posted, too_deep
+from adk_gateway.core.pacing import Pacer
 
 __all__ = [
     "AbortFrame",
@@ -448,7 +448,7 @@ async def validate_frame(data: dict[str, Any]) -> ClientFrame:
 
 async def validated_history(messages: Sequence[Any], *, max_depth: int) -> list[UIMessage]:
     """Earlier messages of a posted history, validated in full, giving the event loop back every
-    few messages (`gateway.core.pacing`): what a chat is imported or rebuilt from.
+    few messages (`adk_gateway.core.pacing`): what a chat is imported or rebuilt from.
 
     Args:
         messages: a request's `earlier` messages (positions in the posted list).

@@ -23,7 +23,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from gateway.core.pcm import (
+from adk_gateway.core.pcm import (
     INPUT_RATE,
     BytesLike,
     FloatArray,

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gateway.core.pcm import (
+from adk_gateway.core.pcm import (
     FULL_SCALE,
     INPUT_RATE,
     PCM_DTYPE,

@@ -25,8 +25,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
-from gateway.core import chunks as c
-from gateway.core.events import Usage
+from adk_gateway.core import chunks as c
+from adk_gateway.core.events import Usage
 
 __all__ = ["Emit", "MessageWriter", "json_safe"]
 

@@ -12,7 +12,7 @@ Modules: `config` (what to run, the target check), `clients` (the protocols, one
 `stats` (the histogram), `report` (JSON summary, table, progress bar), `cli` (the flags).
 """
 
-from gateway.loadtest.clients import (
+from adk_gateway.loadtest.clients import (
     Client,
     Sample,
     SSEParser,
@@ -24,11 +24,11 @@ from gateway.loadtest.clients import (
     user_message,
     ws_request,
 )
-from gateway.loadtest.config import SSE_PATH, WS_PATH, LoadConfig, TargetRefused, check_target, redact
-from gateway.loadtest.report import summarize
-from gateway.loadtest.runner import run_load
-from gateway.loadtest.scenarios import chat_turn
-from gateway.loadtest.stats import Histogram, percentiles
+from adk_gateway.loadtest.config import SSE_PATH, WS_PATH, LoadConfig, TargetRefused, check_target, redact
+from adk_gateway.loadtest.report import summarize
+from adk_gateway.loadtest.runner import run_load
+from adk_gateway.loadtest.scenarios import chat_turn
+from adk_gateway.loadtest.stats import Histogram, percentiles
 
 __all__ = [
     "SSE_PATH",

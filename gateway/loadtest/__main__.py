@@ -1,8 +1,8 @@
-"""`python -m gateway.loadtest`: the same as `adk-gateway loadtest`."""
+"""`python -m adk_gateway.loadtest`: the same as `adk-gateway loadtest`."""
 
 import sys
 
-from gateway.loadtest.cli import main
+from adk_gateway.loadtest.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,10 +13,10 @@ from typing import IO, Any
 
 from rich.console import Console
 
-from gateway.loadtest.config import SCENARIOS, SSE_PATH, WS_PATH, LoadConfig
-from gateway.loadtest.report import BarProgress, progress_wanted, render_table, summarize
-from gateway.loadtest.runner import NullProgress, Progress, run_load
-from gateway.loadtest.scenarios import load_wav
+from adk_gateway.loadtest.config import SCENARIOS, SSE_PATH, WS_PATH, LoadConfig
+from adk_gateway.loadtest.report import BarProgress, progress_wanted, render_table, summarize
+from adk_gateway.loadtest.runner import NullProgress, Progress, run_load
+from adk_gateway.loadtest.scenarios import load_wav
 
 __all__ = ["build_parser", "config_from_args", "main"]
 

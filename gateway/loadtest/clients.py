@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.loadtest.config import TOKEN_PARAM, LoadConfig, redact
+from adk_gateway.loadtest.config import TOKEN_PARAM, LoadConfig, redact
 
 __all__ = [
     "Client",

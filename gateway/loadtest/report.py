@@ -13,10 +13,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gateway.loadtest.clients import Sample
-from gateway.loadtest.config import LoadConfig, redact
-from gateway.loadtest.runner import LATE_AFTER_S
-from gateway.loadtest.stats import Histogram
+from adk_gateway.loadtest.clients import Sample
+from adk_gateway.loadtest.config import LoadConfig, redact
+from adk_gateway.loadtest.runner import LATE_AFTER_S
+from adk_gateway.loadtest.stats import Histogram
 
 __all__ = ["BarProgress", "progress_wanted", "render_table", "summarize"]
 

@@ -23,9 +23,9 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from gateway.loadtest.clients import Client, Sample, classify
-from gateway.loadtest.config import LoadConfig
-from gateway.loadtest.scenarios import iteration_for
+from adk_gateway.loadtest.clients import Client, Sample, classify
+from adk_gateway.loadtest.config import LoadConfig
+from adk_gateway.loadtest.scenarios import iteration_for
 
 __all__ = [
     "LATE_AFTER_S",

@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.loadtest.clients import (
+from adk_gateway.loadtest.clients import (
     Client,
     Json,
     Sample,
@@ -41,7 +41,7 @@ from gateway.loadtest.clients import (
     request_over,
     user_message,
 )
-from gateway.loadtest.config import LoadConfig
+from adk_gateway.loadtest.config import LoadConfig
 
 __all__ = ["AUDIO_RATE", "Iteration", "Prepared", "chat_turn", "hold", "iteration_for", "live_turn", "load_wav"]
 
@@ -139,8 +139,8 @@ def load_wav(path: str | Path) -> bytes:
         raise ValueError(f"{path}: no audio")
     import numpy as np
 
-    from gateway.core.pcm import float_to_pcm16, pcm16_to_float
-    from gateway.core.resample import resample
+    from adk_gateway.core.pcm import float_to_pcm16, pcm16_to_float
+    from adk_gateway.core.resample import resample
 
     samples = pcm16_to_float(frames)
     if channels == 2:

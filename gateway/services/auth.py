@@ -2,7 +2,7 @@
 
 How it works
 ------------
-Every request under `/api/` is authenticated once, by the door (`transports.door`), before its
+Every request under `/api/` is authenticated once, by the door (`adk_gateway.transports.admission`), before its
 handler does anything else; the resulting `Identity` is stored on the request (`IDENTITY`; a
 WebSocket's handler keeps it itself, for the socket's life) and is the only source of the user
 id that chats are keyed by. Handlers never read a user from headers, frames or bodies
@@ -57,11 +57,11 @@ import jwt
 import jwt.warnings
 import structlog
 
-from gateway.config import MIN_HS256_SECRET_BYTES, is_loopback
-from gateway.core.errors import StartupError, Unauthorized
+from adk_gateway.config import MIN_HS256_SECRET_BYTES, is_loopback
+from adk_gateway.core.errors import StartupError, Unauthorized
 
 if TYPE_CHECKING:
-    from gateway.config import Settings
+    from adk_gateway.config import Settings
 
 __all__ = [
     "ANONYMOUS",
@@ -81,7 +81,7 @@ __all__ = [
     "redact_target",
 ]
 
-log = structlog.get_logger("gateway.services.auth")
+log = structlog.get_logger("adk_gateway.services.auth")
 
 # PyJWT warns on every decode with a short HMAC key; the gateway says it once, at start.
 warnings.filterwarnings("ignore", category=jwt.warnings.InsecureKeyLengthWarning)

@@ -4,12 +4,12 @@ How it works
 ------------
 `ChatService.start()` picks the request's app (`request.app`, absent: the default; an unknown one
 is refused with `UnknownApp` before anything else), claims the chat (one run per chat — a chat id
-belongs to one app), *plans* the turn (`gateway.services.planning`: a bad request is refused with
+belongs to one app), *plans* the turn (`adk_gateway.services.planning`: a bad request is refused with
 a status before anything is streamed, and nothing runs) and starts it as the chat's run
-(`gateway.services.turn`: the agent's events become the message's chunks in the chat's stream
+(`adk_gateway.services.turn`: the agent's events become the message's chunks in the chat's stream
 log, which transports follow).
 
-Every run of the process — a chat's turn, and a live session (`gateway.services.live`) — is
+Every run of the process — a chat's turn, and a live session (`adk_gateway.services.live`) — is
 opened the same way: `open_run` claims the chat in the registry, prepares what must be ready
 before anything streams (a failure releases the chat and is the request's answer) and makes the
 run's log the chat's resumable stream; `start_run` starts its task, with what every run gets:
@@ -25,18 +25,18 @@ from typing import TypeVar
 
 import structlog
 
-from agents.adk import AgentApps, AgentHost
-from gateway.core.requests import ChatRequest
-from gateway.metrics import Metrics
-from gateway.services.planning import RequestContext, TurnPlanner
-from gateway.services.registry import ChatRun, Connection, Registry
-from gateway.services.streams import ChatKey, StreamLog, StreamStore
-from gateway.services.turn import ChatTurn, TurnExtras
-from gateway.tracing import run_span
+from adk_gateway.agents.adk import AgentApps, AgentHost
+from adk_gateway.core.requests import ChatRequest
+from adk_gateway.metrics import Metrics
+from adk_gateway.services.planning import RequestContext, TurnPlanner
+from adk_gateway.services.registry import ChatRun, Connection, Registry
+from adk_gateway.services.streams import ChatKey, StreamLog, StreamStore
+from adk_gateway.services.turn import ChatTurn, TurnExtras
+from adk_gateway.tracing import run_span
 
 __all__ = ["ChatService", "RequestContext"]
 
-log = structlog.get_logger("gateway.services.chat")
+log = structlog.get_logger("adk_gateway.services.chat")
 
 T = TypeVar("T")
 

@@ -8,7 +8,7 @@ always the caller, so another user's chat is, to everyone else, an unknown one (
 shows in a list (when it began, its first user text, a title given to it) is in its session state
 (`CHAT_STATE_KEY`), so listing reads the store's list of sessions (ADK's `list_sessions`, without
 events), not every chat. Its messages are what the chat service recorded after each run (the
-messages as the client holds them, `gateway.core.transcript`), rebuilt in order with ADK's
+messages as the client holds them, `adk_gateway.core.transcript`), rebuilt in order with ADK's
 rewinds applied; its approval audit is recorded the same way. Deleting a chat stops its run
 (here or on another instance), then removes the session with its artifacts and its resumable
 stream.
@@ -21,11 +21,11 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from agents.adk import AgentHost
-from gateway.core.errors import BadRequest, NotFound
-from gateway.core.transcript import Record, Transcript, approval_audit
-from gateway.services.chat import ChatService
-from gateway.services.planning import CHAT_STATE_KEY
+from adk_gateway.agents.adk import AgentHost
+from adk_gateway.core.errors import BadRequest, NotFound
+from adk_gateway.core.transcript import Record, Transcript, approval_audit
+from adk_gateway.services.chat import ChatService
+from adk_gateway.services.planning import CHAT_STATE_KEY
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "MAX_TITLE", "ChatSummary", "Chats"]
 

@@ -1,9 +1,9 @@
 """What a chat turn shows with the chat service's other parts: artifact links and sign-ins.
 
-The message converter (`gateway.core.converter`) says that a tool saved an artifact version
+The message converter (`adk_gateway.core.converter`) says that a tool saved an artifact version
 (`ArtifactSaved`) or that ADK asks the user to sign in (`SignInRequested`); showing either needs
 more than the core has: the store's media type and a signed link (`ArtifactLinks`), or a sign-in
-state and the gateway's callback (`SignIns`). `Extras.carry_out` does that for the running turn
+state and the gateway's callback (`SignIns`). `Extras.fill_in` does that for the running turn
 and hands the result back to the turn's converter, the one writer of its chunks. A store that
 fails here costs the message its link (logged), never the run.
 """
@@ -14,15 +14,15 @@ import time
 
 import structlog
 
-from gateway.core.converter import ArtifactSaved, SignInRequested
-from gateway.core.kinds import CREDENTIAL_TOOL
-from gateway.services.artifacts import ArtifactLinks
-from gateway.services.signin import SignIns
-from gateway.services.turn import ChatTurn
+from adk_gateway.core.converter import ArtifactSaved, SignInRequested
+from adk_gateway.core.kinds import CREDENTIAL_TOOL
+from adk_gateway.services.artifacts import ArtifactLinks
+from adk_gateway.services.signin import SignIns
+from adk_gateway.services.turn import ChatTurn
 
 __all__ = ["Extras"]
 
-log = structlog.get_logger("gateway.services.chat")
+log = structlog.get_logger("adk_gateway.services.chat")
 
 
 class Extras:
@@ -32,7 +32,7 @@ class Extras:
         self.links = links
         self.sign_ins = sign_ins
 
-    async def carry_out(self, turn: ChatTurn, effect: SignInRequested | ArtifactSaved) -> None:
+    async def fill_in(self, turn: ChatTurn, effect: SignInRequested | ArtifactSaved) -> None:
         if isinstance(effect, ArtifactSaved):
             await self._artifact(turn, effect)
         else:

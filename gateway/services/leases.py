@@ -39,12 +39,12 @@ from urllib.parse import quote
 
 import structlog
 
-from gateway.core.errors import StoreUnavailable
-from gateway.services.streams import ChatKey
+from adk_gateway.core.errors import StoreUnavailable
+from adk_gateway.services.streams import ChatKey
 
 __all__ = ["LEASE_TTL_MS", "Lease", "Leases", "LocalLeases", "PostgresLeases", "RedisLeases", "leases_for"]
 
-log = structlog.get_logger("gateway.services.leases")
+log = structlog.get_logger("adk_gateway.services.leases")
 
 # A chat lease's time to live in Redis; its holder renews it every third of that (the heartbeat).
 # A dead holder's chats are free again within this long; a live holder whose event loop or Redis

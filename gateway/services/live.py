@@ -6,7 +6,7 @@ How it works
 answerer per chat; `--max-live-sessions`), creates the session and its `StreamLog`, makes the log
 the chat's resumable stream and starts the session as the chat's run. The caller gets a
 `LiveHandle` to drive the session with; its `deliver` follows the log to the client, exactly as a chat run's
-response is delivered (`transports.base.deliver`: the same chunk-version adapter, the same
+response is delivered (`adk_gateway.transports.base.deliver`: the same chunk-version adapter, the same
 slow-reader guard), and a `resume` for the chat follows the same log.
 
 `LiveSession.run()` opens an ADK live invocation for the chat (`AgentHost.run_live` with a
@@ -17,13 +17,13 @@ the answerer is told to the client (an `error` chunk) before the session ends wi
 
 The session is three parts. Input: the client-facing methods are synchronous and only put
 requests on the channel; audio and the marks of utterances go through the session's
-`AudioInput` (`gateway.services.live_audio`: resampling, voice detection, pre-roll). Tools: the
+`AudioInput` (`adk_gateway.services.live_audio`: resampling, voice detection, pre-roll). Tools: the
 calls held for the client (approvals, browser tools) are its `HeldCalls`
-(`gateway.services.live_calls`), which the permission plugin asks through the session. Output,
+(`adk_gateway.services.live_calls`), which the permission plugin asks through the session. Output,
 this module: the turns.
 
 Output. Each model turn is one complete UI message, written by a `MessageConverter` in live mode
-(the core's engine, `gateway.core.converter`): `start` (a new messageId), steps, its parts,
+(the core's engine, `adk_gateway.core.converter`): `start` (a new messageId), steps, its parts,
 `finish`. This module only decides when a turn ends: `turn_complete` ends it with `finish`
 (`stop`), the model's `interrupted` with `interrupted`, a model error with `error`. Anything
 about a tool call is written only into the turn that announced the call.
@@ -53,25 +53,25 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
-from agents.adk import AgentHost
-from agents.tools import APPROVALS_STATE_KEY
-from gateway.core import chunks as c
-from gateway.core.approval import ENDED_TEXT, TIMEOUT_TEXT, ApprovalRefused, LiveApproval, Shown
-from gateway.core.converter import CallAnnounced, MessageConverter, Mode, map_finish_reason, raised_in_agent
-from gateway.core.errors import ApprovalInvalid
-from gateway.core.events import AgentEvent
-from gateway.core.pacing import Pacer
-from gateway.core.pcm import INPUT_RATE, validate_frame
-from gateway.core.requests import LiveApprovalFrame, LiveControlFrame, LiveTextFrame, LiveToolOutputFrame
-from gateway.metrics import Metrics
-from gateway.services.live_audio import AudioInput
-from gateway.services.live_calls import HeldCalls
-from gateway.services.streams import StreamLog
-from gateway.services.turn import told_safely
+from adk_gateway.agents.adk import AgentHost
+from adk_gateway.agents.tools import APPROVALS_STATE_KEY
+from adk_gateway.core import chunks as c
+from adk_gateway.core.approval import ENDED_TEXT, TIMEOUT_TEXT, ApprovalRefused, LiveApproval, ToolNotice
+from adk_gateway.core.converter import CallAnnounced, MessageConverter, Mode, map_finish_reason, raised_in_agent
+from adk_gateway.core.errors import ApprovalInvalid
+from adk_gateway.core.events import AgentEvent
+from adk_gateway.core.pacing import Pacer
+from adk_gateway.core.pcm import INPUT_RATE, validate_frame
+from adk_gateway.core.requests import LiveApprovalFrame, LiveControlFrame, LiveTextFrame, LiveToolOutputFrame
+from adk_gateway.metrics import Metrics
+from adk_gateway.services.live_audio import AudioInput
+from adk_gateway.services.live_calls import HeldCalls
+from adk_gateway.services.streams import StreamLog
+from adk_gateway.services.turn import told_safely
 
 if TYPE_CHECKING:
-    from gateway.services.chat import ChatService
-    from gateway.services.registry import ChatRun, Connection
+    from adk_gateway.services.chat import ChatService
+    from adk_gateway.services.registry import ChatRun, Connection
 
 __all__ = [
     "ENDED_TEXT",
@@ -85,7 +85,7 @@ __all__ = [
     "start_live",
 ]
 
-log = structlog.get_logger("gateway.services.live")
+log = structlog.get_logger("adk_gateway.services.live")
 
 # Follows a session's log to its client until the log is closed and read.
 Deliver = Callable[[StreamLog], Coroutine[Any, Any, None]]
@@ -285,7 +285,7 @@ class LiveSession:
         self._stop.set()
 
     # The client's answers, and the permission plugin's waits (the session is the invocation's
-    # `LiveToolGate`): the held calls' (`gateway.services.live_calls`).
+    # `LiveToolGate`): the held calls' (`adk_gateway.services.live_calls`).
 
     def answer_approval(self, approval_id: str, approved: bool, reason: str | None) -> None:
         """Answers a `tool-approval-request` of this session; raises `ApprovalRefused` otherwise."""
@@ -363,7 +363,7 @@ class LiveSession:
             self._calls.load(session.state.get(APPROVALS_STATE_KEY))
             events = self.host.run_live(self.user_id, self.chat_id, self._channel, self)
             # A live model that sends event after event without waiting would hold the loop
-            # (`gateway.core.pacing`), as a chat's would.
+            # (`adk_gateway.core.pacing`), as a chat's would.
             pacer = Pacer()
             async with aclosing(events) as stream:
                 async for event in stream:
@@ -437,5 +437,5 @@ class LiveSession:
         elif event.turn_complete:
             self._end_turn(map_finish_reason(event.finish_reason))
 
-    def _show(self, item: Shown) -> None:
+    def _show(self, item: ToolNotice) -> None:
         self._emit(self._turn.show([item]))

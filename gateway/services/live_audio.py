@@ -7,7 +7,7 @@ to 16 kHz (one streaming `Resampler` per session, so no frame boundary is heard)
 the invocation's `LiveChannel` as a realtime blob. An utterance is marked by `start_utterance()`
 and `end_utterance()`: by the client (`live-activity-start`/`-end`), or, in hands-free mode, by an
 `EnergyVad` that hears every frame fed. Voice detection is always the gateway's: the model's own
-is switched off (`agents.live.live_run_config`).
+is switched off (`adk_gateway.agents.live.live_run_config`).
 
 Pre-roll. A voice detector notices speech only once it has heard some, so in hands-free mode the
 audio between utterances is not sent but held: the last `PREROLL_MS` of it, dropped from the
@@ -15,7 +15,7 @@ front as new audio comes. When speech starts, the utterance is marked first and 
 sent after the mark, so the model hears the word's onset as part of the utterance.
 
 Barge-in. Starting an utterance calls `on_speech` before the mark goes out: the session cuts the
-turn the model is speaking (see `gateway.services.live`).
+turn the model is speaking (see `adk_gateway.services.live`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-from agents.live import LiveChannel
-from gateway.core.pcm import INPUT_RATE, float_to_pcm16, pcm16_to_float, validate_rate
-from gateway.core.resample import Resampler
-from gateway.core.vad import EnergyVad, VadEventKind
+from adk_gateway.agents.live import LiveChannel
+from adk_gateway.core.pcm import INPUT_RATE, float_to_pcm16, pcm16_to_float, validate_rate
+from adk_gateway.core.resample import Resampler
+from adk_gateway.core.vad import EnergyVad, VadEventKind
 
 __all__ = ["PREROLL_MS", "AudioInput"]
 

@@ -3,11 +3,11 @@
 How it works
 ------------
 ADK runs tools inside `run_live` but cannot confirm them there, so `PermissionPlugin`
-(agents.tools) asks the session (its `LiveToolGate`) about each call and waits: `request_approval`
+(adk_gateway.agents.tools) asks the session (its `LiveToolGate`) about each call and waits: `request_approval`
 for a call that needs the user's answer, `browser_output` for a tool the browser runs. The
-session's `HeldCalls` keeps the chat's `LiveBook` (gateway.core.approval, the one approval
+session's `HeldCalls` keeps the chat's `LiveBook` (adk_gateway.core.approval, the one approval
 authority), which decides everything about those calls; `HeldCalls` only tells the book what
-happened and carries out the `LiveStep`s it returns (`_carry_out`): what is to be shown goes into
+happened and carries out the `LiveStep`s it returns (`_apply_step`): what is to be shown goes into
 the session's open turn (`show`), and the waits the step resumes are woken. Anything about a call
 is written only into the turn that announced it (the client's reader refuses a chunk for a call
 it does not know): a call whose turn ended while it was held gets nothing more.
@@ -30,7 +30,7 @@ from typing import Any
 
 import structlog
 
-from gateway.core.approval import (
+from adk_gateway.core.approval import (
     AwaitClient,
     CallState,
     HeldAnswer,
@@ -38,17 +38,17 @@ from gateway.core.approval import (
     LiveApproval,
     LiveBook,
     LiveStep,
-    Shown,
+    ToolNotice,
     ToolPolicy,
 )
-from gateway.core.converter import CallAnnounced
-from gateway.core.events import AgentEvent, FunctionCall
-from gateway.core.kinds import ToolKind
-from gateway.metrics import Metrics
+from adk_gateway.core.converter import CallAnnounced
+from adk_gateway.core.events import AgentEvent, FunctionCall
+from adk_gateway.core.kinds import ToolKind
+from adk_gateway.metrics import Metrics
 
 __all__ = ["HeldCalls"]
 
-log = structlog.get_logger("gateway.services.live")
+log = structlog.get_logger("adk_gateway.services.live")
 
 
 def _new_approval_id() -> str:
@@ -73,7 +73,7 @@ class HeldCalls:
         *,
         is_browser_tool: Callable[[str], bool],
         open_calls: Callable[[], Container[str]],
-        show: Callable[[Shown], None],
+        show: Callable[[ToolNotice], None],
         approval_timeout_s: float = 0.0,
         metrics: Metrics | None = None,
     ) -> None:
@@ -103,19 +103,19 @@ class HeldCalls:
 
     def announce(self, call: CallAnnounced) -> None:
         """The model calls a tool: the book hears of it (and issues it, if the plugin holds it already)."""
-        self._carry_out(self._book.announce(call.tool_call_id, call.tool_name, browser=call.client,
+        self._apply_step(self._book.announce(call.tool_call_id, call.tool_name, browser=call.client,
                                             input=call.input, now=time.time()))
 
     def cut(self, tool_call_ids: Iterable[str]) -> None:
         """The turn with these calls was cut: their waits end."""
-        self._carry_out(self._book.cut(tool_call_ids))
+        self._apply_step(self._book.cut(tool_call_ids))
 
     def drop(self, event: AgentEvent) -> None:
         """Calls the model still makes for a cut turn never run (and are never shown)."""
         for part in event.parts:
             if isinstance(part, FunctionCall) and part.id:
                 name = part.name or "unknown"
-                self._carry_out(self._book.drop(part.id, name, browser=self._is_browser(name)))
+                self._apply_step(self._book.drop(part.id, name, browser=self._is_browser(name)))
 
     def forget(self, tool_call_ids: Iterable[str]) -> None:
         """The turn with these calls has ended."""
@@ -123,7 +123,7 @@ class HeldCalls:
 
     def close(self) -> None:
         """The session ends: every wait ends, and calls held from now on are refused at once."""
-        self._carry_out(self._book.close())
+        self._apply_step(self._book.close())
 
     # --- the client's answers ------------------------------------------------------------------
 
@@ -133,7 +133,7 @@ class HeldCalls:
         if self.metrics is not None:
             for decision in step.decisions:
                 self.metrics.approvals_answered.labels(decision=decision.value).inc()
-        self._carry_out(step)
+        self._apply_step(step)
 
     def tool_output(self, tool_call_id: str, output: Any = None, error_text: str | None = None) -> None:
         """The browser's result for a browser tool call; the book ignores one it does not expect."""
@@ -141,7 +141,7 @@ class HeldCalls:
         if step is None:
             log.warning("live_tool_output_ignored", tool_call_id=tool_call_id)
             return
-        self._carry_out(step)
+        self._apply_step(step)
 
     # --- the plugin's waits --------------------------------------------------------------------
 
@@ -166,7 +166,7 @@ class HeldCalls:
         future: asyncio.Future[HeldAnswer] = asyncio.get_running_loop().create_future()
         self._waiting[tool_call_id] = future
         try:
-            self._carry_out(step)
+            self._apply_step(step)
             if hold is Hold.APPROVAL and self.approval_timeout_s > 0:
                 return await self._until_deadline(tool_call_id, future)
             return await future
@@ -189,11 +189,11 @@ class HeldCalls:
                 return future.result()
             log.info("live_approval_timeout", tool_call_id=tool_call_id)
             expired = self._book.expire(tool_call_id)
-            self._carry_out(expired)
+            self._apply_step(expired)
             assert expired.answer is not None
             return expired.answer
 
-    def _carry_out(self, step: LiveStep) -> None:
+    def _apply_step(self, step: LiveStep) -> None:
         """Shows what the book says to show, in the open turn, and wakes the waiters it resumes."""
         for item in step.shown:
             if self._in_turn(item.tool_call_id, type(item).__name__):

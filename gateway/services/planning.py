@@ -15,7 +15,7 @@ continuation with nothing new) is refused with a status and nothing runs:
   the chat's length). Anything else — an edited or removed message, a user message the session
   never ran, a regenerate — rebuilds the session from the posted history.
 - last message from the assistant: a continuation of that message. The chat's `ApprovalBook`
-  (gateway.core.approval, the one authority on approvals) checks every approval and browser tool
+  (adk_gateway.core.approval, the one authority on approvals) checks every approval and browser tool
   output in it and says what each leads to: what the client is shown first (an outcome, or a
   re-announced browser tool) and what the agent is told (ADK's confirmation for server tools,
   the tool's result for browser tools) — or, for "deny and stop", the interrupt results that are
@@ -37,13 +37,13 @@ from typing import Any, Final
 
 import structlog
 
-from agents.adk import AgentHost, Turn, ui_message_dict
-from agents.tools import APPROVALS_STATE_KEY
-from gateway.core.approval import AgentReply, ApprovalBook, ApprovalRefused, CallState, RunInBrowser, ToolOutcome
-from gateway.core.converter import message_replay_chunks
-from gateway.core.errors import ApprovalInvalid, BadRequest, ContinuationRefused
-from gateway.core.jsonparse import JsonRejected
-from gateway.core.requests import (
+from adk_gateway.agents.adk import AgentHost, Turn, ui_message_dict
+from adk_gateway.agents.tools import APPROVALS_STATE_KEY
+from adk_gateway.core.approval import AgentReply, ApprovalBook, ApprovalRefused, CallState, RunInBrowser, ToolOutcome
+from adk_gateway.core.converter import message_replay_chunks
+from adk_gateway.core.errors import ApprovalInvalid, BadRequest, ContinuationRefused
+from adk_gateway.core.jsonparse import JsonRejected
+from adk_gateway.core.requests import (
     ChatRequest,
     UIMessage,
     ValidationError,
@@ -53,13 +53,13 @@ from gateway.core.requests import (
     message_value,
     validated_history,
 )
-from gateway.core.transcript import Transcript
-from gateway.metrics import Metrics
-from gateway.services.signin import SignIns
+from adk_gateway.core.transcript import Transcript
+from adk_gateway.metrics import Metrics
+from adk_gateway.services.signin import SignIns
 
 __all__ = ["HISTORY_STATE_KEY", "TURN_STATE_KEY", "RequestContext", "TurnPlan", "TurnPlanner", "now_ms"]
 
-log = structlog.get_logger("gateway.services.chat")
+log = structlog.get_logger("adk_gateway.services.chat")
 
 # [count, digest]: how many posted messages the session has run, and their `history_digest`.
 HISTORY_STATE_KEY: Final = "gateway:history"

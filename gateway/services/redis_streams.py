@@ -87,7 +87,7 @@ nothing waits for it:
 
 Limits: one Redis server, reached with `redis.asyncio.Redis.from_url` (the keys are cluster-slot
 safe, but no cluster or Sentinel client is set up); one run per chat across processes is the
-chat lease's (`gateway.services.leases`), not this store's.
+chat lease's (`adk_gateway.services.leases`), not this store's.
 """
 
 from __future__ import annotations
@@ -110,11 +110,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.services.streams import ChatKey, Follower, FollowerOverrun, LogEntry, MemoryStreamStore, StreamLog
+from adk_gateway.services.streams import ChatKey, Follower, FollowerOverrun, LogEntry, MemoryStreamStore, StreamLog
 
 __all__ = ["RedisStreamStore", "RemoteStreamLog"]
 
-log = structlog.get_logger("gateway.services.redis_streams")
+log = structlog.get_logger("adk_gateway.services.redis_streams")
 
 BATCH: Final = 256  # chunks per pipelined write
 READ_COUNT: Final = 512  # entries per XREAD

@@ -19,7 +19,7 @@ How it works
   a run ends with `abort`. The owner's own exception goes on unchanged.
 - The registry is the one list of open connections: a WebSocket's connection holds its socket
   (`Connection.socket`), and shutdown closes the sockets it finds here (`Registry.sockets`).
-- Across instances, a claim also takes the chat's lease (`gateway.services.leases`: Redis or PostgreSQL)
+- Across instances, a claim also takes the chat's lease (`adk_gateway.services.leases`: Redis or PostgreSQL)
   and the run gives it back when it ends; a chat leased elsewhere is busy like a local one, and a
   lease store that does not answer within the same grace is a 503 `store_unavailable`. A lease
   lost while the run goes on (another instance claimed the chat) ends the run with an `error`
@@ -43,16 +43,13 @@ Caps (`Limits`, from the settings) are answered here, before anything streams:
 
 Memory: a connection, a run and a send window are slotted objects whose collections are created
 when first needed, and entering a connection leaves no context-manager frame behind. A
-connection's `TaskScope` and its group (about 0.5 KiB) exist once `Connection.open_tasks()` has
-run: an `asyncio.TaskGroup` must be entered by its owner's task, so a connection that spawns opens
-them in its own task first (a socket does at its first frame, before anything can call back: its
+connection's `TaskScope` and its group exist once `Connection.open_tasks()` has run: an
+`asyncio.TaskGroup` must be entered by its owner's task, so a connection that spawns opens them in
+its own task first (a socket does at its first frame, before anything can call back: its
 slow-reader cut spawns its close from a timer); an SSE connection never spawns and never opens
 them. A socket's send window is created by its first `send`, and a connection's log binding keeps
-the value it replaced rather than a `Token`. An idle socket holds about 0.2 KiB here (its
-`Connection`, its id and its entry in `connections`); a stream waiting on the model about
-2.7 KiB, most of it its run's task and group (a run's group is entered at once: a live session's
-tasks are spawned from other tasks).
-See docs/perf/memory-per-connection.md.
+the value it replaced rather than a `Token`. A run's group is entered at once (a live session's
+tasks are spawned from other tasks). What each costs, measured: docs/perf/memory-per-connection.md.
 
 `anonymous` (`--auth none` without a user header) is nobody in particular — every client that
 names no one shares it — so only the process caps bound it, not the per-user ones.
@@ -78,19 +75,19 @@ from typing import Any, Final, TypeVar
 
 import structlog
 
-from gateway import logs
-from gateway.config import Settings
-from gateway.core.errors import ChatBusy, LimitReached, Overloaded, StoreUnavailable, TooManyRuns, TooManySockets
-from gateway.metrics import Metrics
-from gateway.services.auth import ANONYMOUS
-from gateway.services.leases import Lease, Leases, LocalLeases
-from gateway.services.streams import ChatKey, StreamLog, Wakeup
+from adk_gateway import logs
+from adk_gateway.config import Settings
+from adk_gateway.core.errors import ChatBusy, LimitReached, Overloaded, StoreUnavailable, TooManyRuns, TooManySockets
+from adk_gateway.metrics import Metrics
+from adk_gateway.services.auth import ANONYMOUS
+from adk_gateway.services.leases import Lease, Leases, LocalLeases
+from adk_gateway.services.streams import ChatKey, StreamLog, Wakeup
 
 __all__ = [
     "ChatRun", "Connection", "Done", "Limits", "Registry", "SendVerdict", "SendWindow", "SocketSlot", "TaskScope",
 ]
 
-log = structlog.get_logger("gateway.services.registry")
+log = structlog.get_logger("adk_gateway.services.registry")
 
 SEND_WINDOW_S: Final = 60.0
 LEASE_RETRY_S: Final = 0.05
@@ -552,7 +549,7 @@ class Registry:
         return run
 
     async def _take_lease(self, run: ChatRun) -> Lease:
-        """The chat's lease across instances (see gateway.services.leases); like a busy chat here, a chat
+        """The chat's lease across instances (see adk_gateway.services.leases); like a busy chat here, a chat
         whose run lives on another instance gets the short grace before `ChatBusy`, and a lease store
         that does not answer gets it too before `StoreUnavailable` (503)."""
         deadline = asyncio.get_running_loop().time() + self.busy_grace_s

@@ -45,12 +45,12 @@ import structlog
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from gateway.core.approval import AgentReply, FunctionResult
-from gateway.core.kinds import CREDENTIAL_TOOL
+from adk_gateway.core.approval import AgentReply, FunctionResult
+from adk_gateway.core.kinds import CREDENTIAL_TOOL
 
 __all__ = ["CALLBACK_PATH", "SIGN_INS_STATE_KEY", "SignInRefused", "SignIns", "callback_page"]
 
-log = structlog.get_logger("gateway.services.signin")
+log = structlog.get_logger("adk_gateway.services.signin")
 
 CALLBACK_PATH: Final = "/api/oauth/callback"
 # {adk_request_credential call id: {"nonce", "authConfig", "redirectUri", "issuedAt", "response"?, "ok"?}}

@@ -22,7 +22,7 @@ Memory: `max_bytes` (`--stream-buffer-bytes`) bounds it for real.
 - A follower may leave at most its `budget` unread (the larger of the cap and its connection's
   `--max-pending-bytes`) plus the newest chunk. One that falls further behind is *overrun*: the
   log drops what it had not read, and its next `take()` raises `FollowerOverrun` (its connection
-  is cut as a slow reader, see `transports.base`). So the log never keeps more than the largest
+  is cut as a slow reader, see `adk_gateway.transports.base`). So the log never keeps more than the largest
   budget among its followers plus one chunk (with the default budget: the cap plus one chunk).
 
 A finished log stays resumable for `retention_s` only while no client has received its end (a
@@ -40,7 +40,7 @@ Memory per log, besides its chunks, is a few hundred bytes: the wake-up of waiti
 replay's prefix. See docs/perf/memory-per-connection.md.
 
 `StreamStore` is the seam for several processes: the in-memory store serves one process; the
-Redis store (`gateway.services.redis_streams`) lets any process resume a run another process is writing.
+Redis store (`adk_gateway.services.redis_streams`) lets any process resume a run another process is writing.
 `lookup()` is the resume entry point (async, so a shared store can ask its server);
 `resumable()` only knows this process's logs.
 """
@@ -58,12 +58,12 @@ from typing import Any, Protocol
 
 import structlog
 
-from gateway.core import encoding
-from gateway.core.chunks import Chunk
+from adk_gateway.core import encoding
+from adk_gateway.core.chunks import Chunk
 
 __all__ = ["Follower", "FollowerOverrun", "LogEntry", "MemoryStreamStore", "StreamLog", "StreamStore", "Wakeup"]
 
-logger = structlog.get_logger("gateway.services.streams")
+logger = structlog.get_logger("adk_gateway.services.streams")
 
 ChatKey = tuple[str, str]  # (user id, chat id)
 
@@ -481,10 +481,9 @@ class MemoryStreamStore:
     end until some client has received that end, `retention_s` at most.
 
     Finished logs are let go by a sweep, at most once a second, on the next `add` or lookup; a log
-    a client received to its end goes at the first one. Kept for the whole retention instead, the
-    finished logs of 250 fresh chats a second were 7,500 logs of about 2.4 KiB each (chunks and
-    bookkeeping): about 17 MiB held for nothing, and the pymalloc arenas they were spread over stayed
-    in use after they went (`make bench`'s RSS over 100,000 turns).
+    a client received to its end goes at the first one, not after the whole retention: at a few
+    hundred fresh chats a second, logs kept for nothing would hold megabytes and spread over
+    arenas that stay in use after they go (docs/perf/benchmark-history.md, `make bench`'s RSS).
     """
 
     def __init__(self, *, retention_s: float, max_bytes: int, clock: Callable[[], float] = time.monotonic) -> None:

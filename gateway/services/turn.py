@@ -2,8 +2,8 @@
 
 How it works
 ------------
-A `ChatTurn` is one run of the agent for one request, planned by `gateway.services.planning`.
-`execute()` feeds the run's events to the message's converter (`gateway.core.converter`, the one
+A `ChatTurn` is one run of the agent for one request, planned by `adk_gateway.services.planning`.
+`execute()` feeds the run's events to the message's converter (`adk_gateway.core.converter`, the one
 writer of chunks) and appends what it writes to the chat's stream log; transports follow that
 log. The converter's effects are carried out here: a call to approve is asked through the chat's
 `ApprovalBook` (which also records each tool result, so a call shows one outcome), a call the
@@ -25,11 +25,11 @@ from typing import Any, Protocol
 
 import structlog
 
-from agents.adk import AgentHost, ModelCallsExhausted
-from agents.tools import APPROVALS_STATE_KEY
-from gateway.core.approval import ToolPolicy
-from gateway.core.chunks import Chunk
-from gateway.core.converter import (
+from adk_gateway.agents.adk import AgentHost, ModelCallsExhausted
+from adk_gateway.agents.tools import APPROVALS_STATE_KEY
+from adk_gateway.core.approval import ToolPolicy
+from adk_gateway.core.chunks import Chunk
+from adk_gateway.core.converter import (
     AGENT_FAILED,
     ArtifactSaved,
     CallAnnounced,
@@ -39,17 +39,17 @@ from gateway.core.converter import (
     SignInRequested,
     raised_in_agent,
 )
-from gateway.core.errors import GatewayError, ModelTimedOut
-from gateway.core.events import AgentEvent
-from gateway.core.pacing import Pacer
-from gateway.core.transcript import MessageFold
-from gateway.metrics import Metrics
-from gateway.services.planning import TURN_STATE_KEY, RequestContext, TurnPlan, now_ms
-from gateway.services.registry import ChatRun
+from adk_gateway.core.errors import GatewayError, ModelTimedOut
+from adk_gateway.core.events import AgentEvent
+from adk_gateway.core.pacing import Pacer
+from adk_gateway.core.transcript import MessageFold
+from adk_gateway.metrics import Metrics
+from adk_gateway.services.planning import TURN_STATE_KEY, RequestContext, TurnPlan, now_ms
+from adk_gateway.services.registry import ChatRun
 
 __all__ = ["ChatTurn", "TurnExtras", "told_safely"]
 
-log = structlog.get_logger("gateway.services.chat")
+log = structlog.get_logger("adk_gateway.services.chat")
 
 
 def _new_approval_id() -> str:
@@ -60,7 +60,7 @@ class TurnExtras(Protocol):
     """What a turn hands the chat service's other parts: effects the converter's message shows
     with something only they have (a sign-in's link, an artifact's signed URL)."""
 
-    async def carry_out(self, turn: ChatTurn, effect: SignInRequested | ArtifactSaved) -> None: ...
+    async def fill_in(self, turn: ChatTurn, effect: SignInRequested | ArtifactSaved) -> None: ...
 
 
 class ChatTurn:
@@ -190,7 +190,7 @@ class ChatTurn:
         # token at once; the rest goes out at the run's next wait. A stop can now land between
         # events too, so the run's generator is closed explicitly.
         # The pacer goes on from there: the run gives the loop a turn every few events (a model
-        # that never waits would otherwise hold the whole process, `agents.pacing`).
+        # that never waits would otherwise hold the whole process, `adk_gateway.agents.pacing`).
         run = self.run
         logged = run.log.end
         events = self.host.run(self.ctx.user_id, self.chat_id, new_message, state_delta=self.plan.state_delta)
@@ -204,7 +204,7 @@ class ChatTurn:
             async for event in events:
                 effects = self._convert(event)
                 if effects:
-                    await self._carry_out(effects)
+                    await self._hand_to_extras(effects)
                 if waiting_for_first:
                     if run.log.end > logged:
                         waiting_for_first = False
@@ -244,10 +244,10 @@ class ChatTurn:
                 later.append(effect)
         return later
 
-    async def _carry_out(self, effects: list[Effect]) -> None:
+    async def _hand_to_extras(self, effects: list[Effect]) -> None:
         for effect in effects:
             if isinstance(effect, SignInRequested | ArtifactSaved) and self.extras is not None:
-                await self.extras.carry_out(self, effect)
+                await self.extras.fill_in(self, effect)
 
     def _ask(self, tool_call_id: str, tool_name: str, confirmation_id: str | None) -> None:
         """The user is asked to approve a call: ADK's confirmation of a server tool

@@ -5,7 +5,7 @@ Every comparison sends the same prompt, `/echo one two three` (3 text deltas), t
 - `runner`: ADK's `Runner` in this process with `build_demo_agent("scripted")`, ADK's
   `InMemorySessionService`, and the run config of the gateway's runs (`StreamingMode.SSE`, the
   gateway's telemetry setting): the floor, with no HTTP, no client and no conversion. For the long
-  chat, `runner-memory` is the same `Runner` on our store (`agents.memory_store.MemorySessionService`,
+  chat, `runner-memory` is the same `Runner` on our store (`adk_gateway.agents.memory_store.MemorySessionService`,
   the gateway's `memory://`), which separates what the store costs from what the gateway adds.
 - `api_server`: ADK's own FastAPI server (`adk api_server`, started by `tests.bench.run`), over
   HTTP: `POST /apps/{app}/users/{user}/sessions`, then `POST /run_sse` with `streaming: true`.
@@ -60,10 +60,10 @@ from google.adk.runners import Runner
 from google.adk.sessions import BaseSessionService, InMemorySessionService
 from google.genai import types
 
-from agents.adk import telemetry_config
-from agents.demo import build_demo_agent
-from agents.memory_store import MemorySessionService
-from gateway.loadtest import (
+from adk_gateway.agents.adk import telemetry_config
+from adk_gateway.agents.demo import build_demo_agent
+from adk_gateway.agents.memory_store import MemorySessionService
+from adk_gateway.loadtest import (
     SSE_PATH,
     WS_PATH,
     Sample,
@@ -155,7 +155,7 @@ class Client(Protocol):
 
 
 def run_config() -> RunConfig:
-    """The run config of the gateway's runs (`agents.adk.AgentHost.run_config`), so that the
+    """The run config of the gateway's runs (`adk_gateway.agents.adk.AgentHost.run_config`), so that the
     difference between the bare Runner and the gateway is the gateway's own work."""
     return RunConfig(streaming_mode=StreamingMode.SSE, telemetry=telemetry_config())
 

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from gateway.loadtest import percentiles
+from adk_gateway.loadtest import percentiles
 
 CAP_S = 30.0  # the longest a probe is waited for; a probe that takes longer counts as CAP_S
 FLOOD_DELTAS = 50_000
@@ -229,8 +229,10 @@ def new_chat(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-def slow_callback_command(python: str, threshold_s: float = SLOW_CALLBACK_S) -> list[str]:
-    """`python -m gateway`, but every event loop it creates logs callbacks over `threshold_s` (asyncio
+def slow_callback_command(
+    python: str, threshold_s: float = SLOW_CALLBACK_S, module: str = "adk_gateway",
+) -> list[str]:
+    """`python -m adk_gateway`, but every event loop it creates logs callbacks over `threshold_s` (asyncio
     sets `slow_callback_duration` to 0.1 s in each loop's constructor; only with PYTHONASYNCIODEBUG=1
     or a loop in debug mode are they logged). The gateway's arguments follow."""
     code = (
@@ -240,7 +242,7 @@ def slow_callback_command(python: str, threshold_s: float = SLOW_CALLBACK_S) -> 
         "    _init(self, *args, **kwargs)\n"
         f"    self.slow_callback_duration = {float(threshold_s)!r}\n"
         "base.BaseEventLoop.__init__ = _init_slow\n"
-        "runpy.run_module('gateway', run_name='__main__', alter_sys=True)\n"
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
     )
     return [python, "-c", code]
 

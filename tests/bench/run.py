@@ -80,7 +80,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.loadtest import LoadConfig, Sample, open_sse_stream, percentiles, run_load, summarize, user_message
+from adk_gateway.loadtest import LoadConfig, Sample, open_sse_stream, percentiles, run_load, summarize, user_message
 from tests.bench import floods
 from tests.bench.compare import (
     GATEWAY_SERVERS,
@@ -137,7 +137,7 @@ class Server:
     port: int
     health_path: str
     env: dict[str, str] = field(default_factory=dict)
-    cwd: Path = ROOT  # where it runs: `python -m gateway` imports the gateway's code from there
+    cwd: Path = ROOT  # where it runs: `python -m adk_gateway` imports the gateway's code from there
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
     ready_s: float | None = None
@@ -328,13 +328,14 @@ class Bench:
 
     def new_gateway(self, name: str, *args: str, env: dict[str, str] | None = None,
                     launcher: Sequence[str] | None = None) -> Server:
-        """The gateway as `python -m gateway` runs it: default settings (scripted model, memory stores),
+        """The gateway as `python -m adk_gateway` runs it: default settings (scripted model, memory stores),
         except the abuse caps, raised above what the scenarios send (hundreds of `send` frames a minute
         on one socket, 500 streams at once): a benchmark measures the gateway, not its refusals. It runs
         in `--gateway-root` (this checkout by default) with this checkout's interpreter; `launcher`
-        replaces `python -m gateway` (the flood part's slow-callback launcher)."""
+        replaces `python -m adk_gateway` (the flood part's slow-callback launcher)."""
         port = free_port()
-        command = [*(launcher or (gateway_python(), "-m", "gateway")), "--host", "127.0.0.1", "--port", str(port),
+        module = gateway_module(self.gateway_root)
+        command = [*(launcher or (gateway_python(), "-m", module)), "--host", "127.0.0.1", "--port", str(port),
                    *BENCH_CAPS, *args]
         return Server(name, command, port, "/readyz", env=dict(env or {}), cwd=self.gateway_root)
 
@@ -424,7 +425,8 @@ class Bench:
                                         "--slow-reader-grace-s", str(floods.SLOW_READER_GRACE_S), env=json_logs)
             await self.on_fresh_gateway("gateway-flood-debug", keep("debug", partial(floods.flood, transport="sse"), k),
                                         env={**json_logs, "PYTHONASYNCIODEBUG": "1"},
-                                        launcher=floods.slow_callback_command(gateway_python()))
+                                        launcher=floods.slow_callback_command(
+                                            gateway_python(), module=gateway_module(self.gateway_root)))
             await self.on_fresh_gateway("gateway-flood-history", keep("history", floods.history_stalls, k),
                                         "--max-history-messages", str(floods.HISTORY_CAP),
                                         "--max-runs-per-user", str(2 * floods.BACKGROUND_STREAMS), env=json_logs)
@@ -685,7 +687,7 @@ class Bench:
         apps.mkdir(parents=True, exist_ok=True)
         (apps / "__init__.py").write_text("from . import agent  # noqa: F401\n")
         (apps / "agent.py").write_text(
-            "from agents.demo import build_demo_agent\n\nroot_agent = build_demo_agent('scripted')\n"
+            "from adk_gateway.agents.demo import build_demo_agent\n\nroot_agent = build_demo_agent('scripted')\n"
         )
         port = free_port()
         return Server(
@@ -999,6 +1001,13 @@ def gateway_code(root: Path) -> str:
     return f"{root} at {commit}{dirty}"
 
 
+def gateway_module(root: Path) -> str:
+    """What `python -m` runs in checkout `root`: `adk_gateway` (the package as it installs, which
+    this checkout's editable install maps), or `gateway` for a checkout from before that name,
+    imported from its own folder (the cwd)."""
+    return "adk_gateway" if "adk_gateway" in (root / "pyproject.toml").read_text() else "gateway"
+
+
 def gateway_root(text: str) -> Path:
     """`--gateway-root`'s value: a checkout holding the `gateway` package."""
     root = Path(text).resolve()
@@ -1027,8 +1036,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", type=parts, default=frozenset(PARTS), metavar="PARTS",
                         help=f"Run only these parts, comma-separated, of: {', '.join(PARTS)} (default: all).")
     parser.add_argument("--gateway-root", type=gateway_root, default=ROOT, metavar="DIR",
-                        help="Run the gateway from this checkout (cwd DIR, `python -m gateway` with this checkout's "
-                             "interpreter), e.g. a git worktree of an earlier commit (default: this checkout).")
+                        help="Run the gateway from this checkout (cwd DIR, `python -m adk_gateway` with this "
+                             "checkout's interpreter), e.g. a git worktree of an earlier commit (default: this "
+                             "checkout).")
     args = parser.parse_args(argv)
     return asyncio.run(amain(args))
 

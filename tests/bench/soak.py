@@ -5,7 +5,7 @@
 
 What it does, in order:
 
-1. Starts `python -m gateway` on a free 127.0.0.1 port (scripted model, `--auth none`, JSON logs in a
+1. Starts `python -m adk_gateway` on a free 127.0.0.1 port (scripted model, `--auth none`, JSON logs in a
    temporary folder), with the caps this load needs raised (`--max-runs`), realistic per-user caps
    (every simulated client is its own user: its own `x-user-id`), and the slow-reader settings
    `--max-pending-bytes 32768 --slow-reader-grace-s 2`. This process raises its open-files limit to the
@@ -106,7 +106,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.loadtest import SSEParser, check_target, percentiles
+from adk_gateway.loadtest import SSEParser, check_target, percentiles
 from tests.gateway_process import free_port, gateway_python
 
 __all__ = ["Bounds", "Plan", "main", "rss_slope_kib_per_min"]
@@ -206,7 +206,7 @@ def raise_open_files_limit() -> tuple[int, int]:
 
 
 class Gateway:
-    """`python -m gateway` as a child process, with its RSS, CPU time and open files from /proc."""
+    """`python -m adk_gateway` as a child process, with its RSS, CPU time and open files from /proc."""
 
     def __init__(self, args: Sequence[str], workdir: Path) -> None:
         self.port = free_port()
@@ -222,7 +222,8 @@ class Gateway:
             # The child inherits this process's raised open-files limit (reported from /proc/PID/limits).
             raise_open_files_limit()
             self.proc = subprocess.Popen(
-                [gateway_python(), "-m", "gateway", *self.args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+                [gateway_python(), "-m", "adk_gateway", *self.args], cwd=ROOT, env=env, stdout=out,
+                stderr=subprocess.STDOUT,
             )
         deadline = time.monotonic() + STARTUP_DEADLINE_S
         async with aiohttp.ClientSession() as http:
@@ -1311,7 +1312,7 @@ def render(report: dict[str, Any], checks: list[tuple[str, bool | None, str]]) -
         f"machine: {os.cpu_count()} CPUs; load average before {report['load_average_before']}, "
         f"after {report['load_average_after']}; open-files limit driver {report['open_files_limit']['driver']}, "
         f"gateway {report['open_files_limit']['gateway']}",
-        f"gateway: python -m gateway {' '.join(report['gateway_args'])}",
+        f"gateway: python -m adk_gateway {' '.join(report['gateway_args'])}",
         f"ramp: {report['ramp_s']} s ({plan['ramp_batch']} connections every {plan['ramp_interval_s']} s)",
         f"connections held: after the ramp SSE {held['after_ramp']['sse']}, WS {held['after_ramp']['ws']}; "
         f"lowest during the hold SSE {held['min_during_hold']['sse']}, WS {held['min_during_hold']['ws']}; "

@@ -13,9 +13,9 @@ from typing import Any
 from google.adk.agents import LlmAgent
 from google.adk.tools.function_tool import FunctionTool
 
-import agents.scripted  # noqa: F401  (registers the `scripted` model with ADK)
-from agents import demo
-from agents.tools import BrowserTool
+import adk_gateway.agents.scripted  # noqa: F401  (registers the `scripted` model with ADK)
+from adk_gateway.agents import demo
+from adk_gateway.agents.tools import BrowserTool
 
 SLOW_PAYMENT_S = 1.5
 

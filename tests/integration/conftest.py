@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from agents.adk import AgentHost
-from gateway.app import make_app
-from gateway.config import Settings
+from adk_gateway.agents.adk import AgentHost
+from adk_gateway.app import make_app
+from adk_gateway.config import Settings
 
 from .support import settings as test_settings
 
@@ -21,7 +21,7 @@ StartGateway = Callable[..., Awaitable[TestClient[Any, Any]]]
 def gateway(aiohttp_client: Any) -> StartGateway:
     """Starts a gateway (scripted model unless a host is given) and returns a client for it.
 
-    aiohttp's TestServer runs with `handler_cancellation=True`, as `python -m gateway` does, so a
+    aiohttp's TestServer runs with `handler_cancellation=True`, as `python -m adk_gateway` does, so a
     client that goes away cancels its handler.
     """
 

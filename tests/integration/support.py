@@ -22,9 +22,9 @@ from aiohttp.test_utils import TestClient
 from google.adk.agents import LlmAgent
 from google.adk.tools import FunctionTool
 
-import agents.scripted  # noqa: F401  (registers the scripted model)
-from agents.tools import BrowserTool
-from gateway.config import Settings
+import adk_gateway.agents.scripted  # noqa: F401  (registers the scripted model)
+from adk_gateway.agents.tools import BrowserTool
+from adk_gateway.config import Settings
 
 Json = dict[str, Any]
 WAIT_S = 5.0

@@ -18,8 +18,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 from google.adk.artifacts import InMemoryArtifactService
 
-from agents.adk import AgentHost, load_agents
-from agents.memory_store import MemorySessionService
+from adk_gateway.agents.adk import AgentHost, load_agents
+from adk_gateway.agents.memory_store import MemorySessionService
 from tests.oauth_server import OAuthServer, running_oauth_server
 
 from .conftest import StartGateway

@@ -15,10 +15,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 from google.adk.sessions import InMemorySessionService
 
-from agents.adk import AgentHost
-from agents.tools import APPROVALS_STATE_KEY
-from gateway.core.approval import INTERRUPT_TEXT
-from gateway.keys import HOST, REGISTRY
+from adk_gateway.agents.adk import AgentHost
+from adk_gateway.agents.tools import APPROVALS_STATE_KEY
+from adk_gateway.core.approval import INTERRUPT_TEXT
+from adk_gateway.keys import HOST, REGISTRY
 
 from .conftest import StartGateway
 from .support import Conversation, Reply, ToolLog, counting_agent, settings

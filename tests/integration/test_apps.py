@@ -24,7 +24,7 @@ import pytest
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient
 
-from gateway.keys import SERVICE
+from adk_gateway.keys import SERVICE
 
 from .conftest import StartGateway
 from .support import WAIT_S, Json, chat_body, new_id, post_chat, settings, user_message
@@ -46,7 +46,7 @@ PYTHON_AGENT = textwrap.dedent(
     """
     from google.adk.agents import LlmAgent
 
-    import agents.scripted  # noqa: F401  (registers the offline model)
+    import adk_gateway.agents.scripted  # noqa: F401  (registers the offline model)
     from {module} import whoami
 
     root_agent = LlmAgent(name="{name}", model="scripted", tools=[whoami])

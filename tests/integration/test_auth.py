@@ -20,10 +20,10 @@ from aiohttp.test_utils import TestClient
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from google.adk.sessions import InMemorySessionService
 
-from agents.adk import AgentHost
-from gateway.core.errors import Unauthorized
-from gateway.keys import AUTH, REGISTRY
-from gateway.services.auth import ApiKeyAuth, ApiKeyFileError, JwksCache, read_api_keys
+from adk_gateway.agents.adk import AgentHost
+from adk_gateway.core.errors import Unauthorized
+from adk_gateway.keys import AUTH, REGISTRY
+from adk_gateway.services.auth import ApiKeyAuth, ApiKeyFileError, JwksCache, read_api_keys
 
 from .conftest import StartGateway
 from .support import (

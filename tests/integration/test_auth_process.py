@@ -1,4 +1,4 @@
-"""Authentication settings as an operator meets them: `python -m gateway` started for real.
+"""Authentication settings as an operator meets them: `python -m adk_gateway` started for real.
 
 - `--auth none` on a host other than loopback stops at start with one line naming the setting,
   unless `--allow-anonymous` says it is meant (then it starts and warns);
@@ -26,7 +26,7 @@ SECRET = "process-test-secret-0123456789abcdef"
 
 def start_refused(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [gateway_python(), "-m", "gateway", "--port", str(free_port()), *args],
+        [gateway_python(), "-m", "adk_gateway", "--port", str(free_port()), *args],
         check=False, cwd=ROOT, capture_output=True, text=True, timeout=60,
         env={k: v for k, v in os.environ.items() if not k.startswith(("ADK_GATEWAY_", "GOOGLE_API_KEY"))},
     )

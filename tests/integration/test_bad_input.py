@@ -23,8 +23,8 @@ from google.adk.agents import LlmAgent
 from google.adk.sessions import InMemorySessionService, Session
 from google.adk.tools.function_tool import FunctionTool
 
-from agents.adk import AgentHost
-from gateway.keys import METRICS, REGISTRY
+from adk_gateway.agents.adk import AgentHost
+from adk_gateway.keys import METRICS, REGISTRY
 
 from .conftest import StartGateway
 from .support import LiveStream, ToolLog, chat_body, counting_agent, post_chat, settings, user_message, wait_for

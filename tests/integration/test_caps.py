@@ -26,8 +26,8 @@ from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient
 from structlog.testing import capture_logs
 
-from gateway.keys import REGISTRY
-from gateway.services.registry import Registry, SendVerdict, SendWindow
+from adk_gateway.keys import REGISTRY
+from adk_gateway.services.registry import Registry, SendVerdict, SendWindow
 
 from .conftest import StartGateway
 from .support import WAIT_S, LiveStream, chat_body, new_id, settings, user_message, wait_for

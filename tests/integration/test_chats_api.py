@@ -9,8 +9,8 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.app import make_app
-from gateway.keys import REGISTRY
+from adk_gateway.app import make_app
+from adk_gateway.keys import REGISTRY
 
 from .conftest import StartGateway
 from .support import Conversation, new_id, post_chat, settings, user_message, wait_for

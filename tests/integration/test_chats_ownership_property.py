@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.app import make_app
+from adk_gateway.app import make_app
 
 from .support import post_chat, user_message
 from .support import settings as gateway_settings

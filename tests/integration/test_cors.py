@@ -9,8 +9,8 @@ import jwt
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.app import make_app
-from gateway.config import Settings
+from adk_gateway.app import make_app
+from adk_gateway.config import Settings
 
 APP = "http://localhost:3000"
 BODY = {"id": "cors", "messages": [{"id": "u1", "role": "user", "parts": [{"type": "text", "text": "/echo hi"}]}]}

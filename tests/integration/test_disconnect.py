@@ -7,8 +7,8 @@ from typing import Any
 
 from google.adk.sessions import InMemorySessionService
 
-from agents.adk import AgentHost
-from gateway.keys import REGISTRY
+from adk_gateway.agents.adk import AgentHost
+from adk_gateway.keys import REGISTRY
 
 from .conftest import StartGateway
 from .support import (

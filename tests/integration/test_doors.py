@@ -1,7 +1,7 @@
 """Issue 36: the attacks an attacker's read of the gateway found, each reproduced and refused.
 
 1. DNS rebinding: a `Host` the gateway does not answer to is refused (421) on every request, the
-   WebSocket upgrade included, by a real `python -m gateway`; Origins are compared whole.
+   WebSocket upgrade included, by a real `python -m adk_gateway`; Origins are compared whole.
 2. The page's headers: a Content-Security-Policy, `nosniff`, no Referer, no framing, on the page
    and its static files (tests/integration/test_page_csp.py checks the policy in Chromium).
 3. JWKS: a failing key server is asked once for many random `kid`s, a hanging one never delays a
@@ -46,11 +46,11 @@ from google.adk.sessions import InMemorySessionService
 from google.adk.tools.function_tool import FunctionTool
 from yarl import URL
 
-from agents.adk import AgentHost
-from gateway.keys import AUTH
-from gateway.services.auth import ApiKeyFileError, JwtAuth, read_api_keys
+from adk_gateway.agents.adk import AgentHost
+from adk_gateway.keys import AUTH
+from adk_gateway.services.auth import ApiKeyFileError, JwtAuth, read_api_keys
+from adk_gateway.transports.websocket import SocketSession
 from tests.gateway_process import ROOT, free_port, gateway_python, running_gateway, start_gateway_process, stop_process
-from transports.websocket import SocketSession
 
 from .conftest import StartGateway
 from .support import Conversation, chat_body, new_id, post_chat, settings, user_message, wait_for
@@ -541,7 +541,7 @@ async def test_a_numeric_string_exp_is_honoured_over_http_and_closes_the_socket(
 
 def start_refused(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [gateway_python(), "-m", "gateway", "--port", str(free_port()), *args],
+        [gateway_python(), "-m", "adk_gateway", "--port", str(free_port()), *args],
         check=False, cwd=ROOT, capture_output=True, text=True, timeout=60,
         env={k: v for k, v in os.environ.items()
              if not k.startswith(("ADK_GATEWAY_", "GOOGLE_API_KEY", "PYTHONASYNCIODEBUG"))},

@@ -4,7 +4,7 @@ The scripted model at `/stream N 0` answers N text deltas without ever waiting, 
 or a fast local model does. Each test here runs a `Turns` task beside the work: it wakes every
 time the event loop gives it a turn and records how far the work got since its last turn. The
 most work done between two turns is the stall, counted in items (model responses, messages,
-batches), never timed: `gateway.core.pacing` promises a turn every `EVERY` items, and the tests
+batches), never timed: `adk_gateway.core.pacing` promises a turn every `EVERY` items, and the tests
 allow twice that. (The wall-clock figures — `/healthz` p99 during a flood — are `make bench`'s.)
 
 The memory tests start a real gateway process and read its peak resident set from
@@ -29,13 +29,13 @@ from google.adk.agents.callback_context import CallbackContext
 from google.adk.models.llm_response import LlmResponse
 from google.adk.sessions import InMemorySessionService
 
-from agents.adk import AgentHost
-from gateway.core.pacing import EVERY
-from gateway.core.requests import validated_history
-from gateway.services.streams import StreamLog
+from adk_gateway.agents.adk import AgentHost
+from adk_gateway.core.pacing import EVERY
+from adk_gateway.core.requests import validated_history
+from adk_gateway.services.streams import StreamLog
+from adk_gateway.transports.base import REPLAY_BATCHES_PER_TURN, Transport, deliver
 from tests.gateway_process import start_gateway_process, stop_process
 from tests.turns import CountedMessages, Turns
-from transports.base import REPLAY_BATCHES_PER_TURN, Transport, deliver
 
 from .conftest import StartGateway
 from .support import ToolLog, chat_body, counting_agent, post_chat, settings, user_message, wait_for

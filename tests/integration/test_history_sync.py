@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from agents.adk import AgentHost
-from gateway.keys import HOST
+from adk_gateway.agents.adk import AgentHost
+from adk_gateway.keys import HOST
 
 from .conftest import StartGateway
 from .support import Conversation, chat_body, post_chat, settings, user_message

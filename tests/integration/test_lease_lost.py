@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.keys import REGISTRY
-from gateway.services.leases import Lease, Leases
+from adk_gateway.keys import REGISTRY
+from adk_gateway.services.leases import Lease, Leases
 
 from .conftest import StartGateway
 from .support import LiveStream, chat_body, user_message

@@ -16,19 +16,19 @@ from google.adk.sessions import InMemorySessionService
 from google.adk.tools import FunctionTool
 from google.genai import types
 
-from agents.adk import AgentHost
-from agents.demo import build_demo_agent
-from agents.events import agent_event
-from agents.script import tiny_png
-from agents.scripted_live import ScriptedLiveConnection
-from agents.tools import APPROVALS_STATE_KEY, PLUGIN_NAME, PermissionPlugin
-from gateway.core.approval import REJECTED_TEXT, ApprovalRefused, LiveApproval, permanently_denied_text
-from gateway.core.chunks import adapt_wire
-from gateway.core.events import AgentEvent
-from gateway.core.pcm import PcmFormatError, chunk_bytes, duration_ms, tone
-from gateway.metrics import Metrics
-from gateway.services.live import ENDED_TEXT, TIMEOUT_TEXT, LiveSession
-from gateway.services.streams import Follower, FollowerOverrun, StreamLog
+from adk_gateway.agents.adk import AgentHost
+from adk_gateway.agents.demo import build_demo_agent
+from adk_gateway.agents.events import agent_event
+from adk_gateway.agents.script import tiny_png
+from adk_gateway.agents.scripted_live import ScriptedLiveConnection
+from adk_gateway.agents.tools import APPROVALS_STATE_KEY, PLUGIN_NAME, PermissionPlugin
+from adk_gateway.core.approval import REJECTED_TEXT, ApprovalRefused, LiveApproval, permanently_denied_text
+from adk_gateway.core.chunks import adapt_wire
+from adk_gateway.core.events import AgentEvent
+from adk_gateway.core.pcm import PcmFormatError, chunk_bytes, duration_ms, tone
+from adk_gateway.metrics import Metrics
+from adk_gateway.services.live import ENDED_TEXT, TIMEOUT_TEXT, LiveSession
+from adk_gateway.services.streams import Follower, FollowerOverrun, StreamLog
 from tests.audio import dominant_frequency
 
 TIMEOUT = 10.0

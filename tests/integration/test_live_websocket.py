@@ -13,11 +13,11 @@ import pytest
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
 
-from agents.scripted_live import ScriptedLiveConnection
-from gateway.app import make_app
-from gateway.config import Settings
-from gateway.core.pcm import chunk_bytes, duration_ms, tone
-from gateway.keys import SERVICE
+from adk_gateway.agents.scripted_live import ScriptedLiveConnection
+from adk_gateway.app import make_app
+from adk_gateway.config import Settings
+from adk_gateway.core.pcm import chunk_bytes, duration_ms, tone
+from adk_gateway.keys import SERVICE
 from tests.audio import dominant_frequency
 
 Frame = dict[str, Any]
@@ -248,7 +248,7 @@ async def test_a_failing_session_tells_the_client_and_ends(
         raise RuntimeError("the model connection dropped at /srv/secret/path.py")
         yield  # an async generator, like ADK's
 
-    monkeypatch.setattr("agents.adk.AgentHost.run_live", broken)
+    monkeypatch.setattr("adk_gateway.agents.adk.AgentHost.run_live", broken)
     client = await make_client()
     socket = await open_live(client, headers={"x-ai-sdk-major": "7"})
     ended = await socket.until(lambda f: f["type"] in ("end", "error"))

@@ -22,9 +22,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from agents.scripted_live import ScriptedLiveConnection
-from gateway.keys import REGISTRY
-from gateway.loadtest import cli
+from adk_gateway.agents.scripted_live import ScriptedLiveConnection
+from adk_gateway.keys import REGISTRY
+from adk_gateway.loadtest import cli
 
 from .conftest import StartGateway
 from .support import settings as gateway_settings

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from gateway.logs import configure_logging
+from adk_gateway.logs import configure_logging
 from tests.gateway_process import running_gateway
 
 

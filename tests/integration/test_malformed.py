@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from gateway.keys import REGISTRY
+from adk_gateway.keys import REGISTRY
 
 from .conftest import StartGateway
 from .support import chat_body, post_chat, settings, user_message

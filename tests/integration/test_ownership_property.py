@@ -22,8 +22,8 @@ from google.adk.sessions import InMemorySessionService
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.adk import AgentHost
-from gateway.app import make_app
+from adk_gateway.agents.adk import AgentHost
+from adk_gateway.app import make_app
 
 from .support import Conversation, ToolLog, counting_agent, post_chat
 from .support import settings as gateway_settings

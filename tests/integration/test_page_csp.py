@@ -1,6 +1,6 @@
 """The page's Content-Security-Policy as Chromium applies it (issue 36, "data out through images").
 
-A real `python -m gateway` serves a probe page (`--web-dir`) with the headers it gives the chat
+A real `python -m adk_gateway` serves a probe page (`--web-dir`) with the headers it gives the chat
 page; tests/integration/csp_probe.mjs loads it in Debian's headless Chromium. The page holds what
 a model's markdown could make it fetch (an image on another server, with chat content in its URL),
 what the bundled page needs (its own script, a `data:` image, the gateway's WebSocket, a fetch of

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agents.adk import AgentHost, session_service_from_uri
-from agents.tools import APPROVALS_STATE_KEY
-from gateway.keys import HOST
+from adk_gateway.agents.adk import AgentHost, session_service_from_uri
+from adk_gateway.agents.tools import APPROVALS_STATE_KEY
+from adk_gateway.keys import HOST
 
 from .conftest import StartGateway
 from .support import Conversation, ToolLog, counting_agent, settings

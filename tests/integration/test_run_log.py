@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from structlog.testing import capture_logs
 
-from gateway.keys import HOST
+from adk_gateway.keys import HOST
 
 from .conftest import StartGateway
 from .support import LiveStream, chat_body, new_id, post_chat, user_message, wait_for

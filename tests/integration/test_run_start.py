@@ -11,10 +11,10 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from gateway.app import Services, build_services
-from gateway.services.chat import RequestContext
-from gateway.services.registry import ChatRun
-from transports.handling import read_chat_request
+from adk_gateway.app import Services, build_services
+from adk_gateway.services.chat import RequestContext
+from adk_gateway.services.registry import ChatRun
+from adk_gateway.transports.chat_steps import read_chat_request
 
 from .support import chat_body, new_id, settings, user_message
 

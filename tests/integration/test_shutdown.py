@@ -1,4 +1,4 @@
-"""SIGTERM: a real `python -m gateway` process drains and exits 0, and nothing that was sent is lost.
+"""SIGTERM: a real `python -m adk_gateway` process drains and exits 0, and nothing that was sent is lost.
 
 With 50 SSE streams, 50 sockets streaming and 10 detached runs open, SIGTERM must: end every SSE
 stream with a terminal chunk and `[DONE]`, close every socket with 1001, exit 0 within the

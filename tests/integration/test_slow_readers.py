@@ -39,12 +39,12 @@ from google.adk.sessions import InMemorySessionService
 from google.genai import types
 from structlog.testing import capture_logs
 
-from agents.adk import AgentHost
-from gateway.core import encoding
-from gateway.core.errors import SlowReader
-from gateway.keys import METRICS, REGISTRY, SERVICE
-from gateway.services.streams import MemoryStreamStore, StreamLog
-from transports.base import CUT_TIMEOUT_S
+from adk_gateway.agents.adk import AgentHost
+from adk_gateway.core import encoding
+from adk_gateway.core.errors import SlowReader
+from adk_gateway.keys import METRICS, REGISTRY, SERVICE
+from adk_gateway.services.streams import MemoryStreamStore, StreamLog
+from adk_gateway.transports.base import CUT_TIMEOUT_S
 
 from .conftest import StartGateway
 from .support import LiveStream, chat_body, read_reply, settings, user_message, wait_for

@@ -12,8 +12,8 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
-from agents.adk import AgentHost
-from gateway.keys import HOST, REGISTRY
+from adk_gateway.agents.adk import AgentHost
+from adk_gateway.keys import HOST, REGISTRY
 
 from .conftest import StartGateway
 from .support import (

@@ -1,6 +1,6 @@
 """A gateway that cannot start says why in one line naming the setting, and exits with status 2.
 
-Real processes (`python -m gateway`), each refused before it ever says `listening`: a port in use,
+Real processes (`python -m adk_gateway`), each refused before it ever says `listening`: a port in use,
 a session store URI that does not parse, a session or stream store that does not answer, and an
 agent module that cannot be imported (with the hint about the working folder and PYTHONPATH).
 """
@@ -25,7 +25,7 @@ def start_refused(*args: str, port: int | None = None, cwd: Path = ROOT) -> subp
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("ADK_GATEWAY_", "GOOGLE_API_KEY", "PYTHONASYNCIODEBUG"))}
     return subprocess.run(
-        [gateway_python(), "-m", "gateway", "--port", str(port or free_port()), *args],
+        [gateway_python(), "-m", "adk_gateway", "--port", str(port or free_port()), *args],
         check=False, cwd=cwd, capture_output=True, text=True, timeout=60, env=env,
     )
 
@@ -91,7 +91,7 @@ def test_listening_is_said_once_the_agent_and_the_socket_are_ready(tmp_path: Pat
 
 
 def test_version() -> None:
-    done = subprocess.run([gateway_python(), "-m", "gateway", "--version"], check=False, capture_output=True,
+    done = subprocess.run([gateway_python(), "-m", "adk_gateway", "--version"], check=False, capture_output=True,
                           text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0
     name, version = done.stdout.split()

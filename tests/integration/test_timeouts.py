@@ -23,8 +23,8 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.sessions import InMemorySessionService, Session
 from google.adk.tools.function_tool import FunctionTool
 
-from agents.adk import AgentHost, MemorySessionService
-from gateway.keys import HOST, METRICS, REGISTRY
+from adk_gateway.agents.adk import AgentHost, MemorySessionService
+from adk_gateway.keys import HOST, METRICS, REGISTRY
 
 from .conftest import StartGateway
 from .support import (

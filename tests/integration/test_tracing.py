@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from adk_gateway.transports.admission import CORS_ALLOW_HEADERS
 from tests.gateway_process import ROOT
 from tests.integration.tracing_probe import PARENT_ID, TRACE_ID
-from transports.door import CORS_ALLOW_HEADERS
 
 
 def probe(transport: str, text: str | None = None) -> tuple[str, list[dict[str, Any]]]:

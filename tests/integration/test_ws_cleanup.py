@@ -19,9 +19,9 @@ import pytest
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.app import make_app
-from gateway.config import Settings
-from gateway.keys import REGISTRY, SERVICE
+from adk_gateway.app import make_app
+from adk_gateway.config import Settings
+from adk_gateway.keys import REGISTRY, SERVICE
 
 Frame = dict[str, Any]
 Scenario = Callable[[TestClient[Any, Any], int], Awaitable[None]]

@@ -20,9 +20,9 @@ import pytest
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.app import make_app
-from gateway.config import Settings
-from gateway.keys import REGISTRY
+from adk_gateway.app import make_app
+from adk_gateway.config import Settings
+from adk_gateway.keys import REGISTRY
 
 Frame = dict[str, Any]
 MakeClient = Callable[..., Awaitable[TestClient[Any, Any]]]

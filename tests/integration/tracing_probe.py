@@ -55,7 +55,7 @@ async def main(transport: str, text: str) -> None:
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
 
-    from gateway.app import make_app
+    from adk_gateway.app import make_app
     from tests.integration.conftest import test_settings
 
     async with TestClient(TestServer(make_app(test_settings()))) as client:

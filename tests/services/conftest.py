@@ -14,7 +14,7 @@ test`); a missing binary fails the test with that hint instead of skipping it.
   (`daemon off`), with a generated main config that includes a rendered copy of
   deploy/nginx/adk-gateway.conf (`render_site_conf` of deploy/cluster.py, which `make cluster-up`
   uses too).
-- Gateway: `.venv/bin/python -m gateway --port N ...` with the offline scripted model, started by
+- Gateway: `.venv/bin/python -m adk_gateway --port N ...` with the offline scripted model, started by
   tests/gateway_process.py.
 """
 
@@ -145,7 +145,7 @@ def redis_url() -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def start_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., GatewayProcess]]:
-    """Starts `python -m gateway --port N <args>`; every process is stopped after the test."""
+    """Starts `python -m adk_gateway --port N <args>`; every process is stopped after the test."""
     started: list[GatewayProcess] = []
 
     def start(*args: str) -> GatewayProcess:

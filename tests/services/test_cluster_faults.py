@@ -44,8 +44,8 @@ import aiohttp
 import pytest
 import redis
 
+from adk_gateway.services.redis_streams import LOST_WRITER_TEXT
 from deploy.cluster import processes_of
-from gateway.services.redis_streams import LOST_WRITER_TEXT
 from tests.e2e.support import node_setup_problem, problems, run_scenario, text_of, tool_parts
 from tests.gateway_process import free_port
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from agents.adk import AgentHost, session_service_from_uri
-from gateway.app import make_app
-from gateway.config import Settings
-from gateway.services.leases import PostgresLeases, RedisLeases
+from adk_gateway.agents.adk import AgentHost, session_service_from_uri
+from adk_gateway.app import make_app
+from adk_gateway.config import Settings
+from adk_gateway.services.leases import PostgresLeases, RedisLeases
 from tests.integration.support import Conversation, ToolLog, counting_agent, new_id, post_chat, user_message
 
 pytestmark = pytest.mark.services
@@ -138,7 +138,7 @@ async def test_a_resume_of_another_instances_run_ends_when_its_server_shuts_down
     ends with an `error` chunk and `[DONE]`, not a dropped connection, and the run goes on."""
     import aiohttp
 
-    from gateway.keys import REGISTRY
+    from adk_gateway.keys import REGISTRY
 
     from .conftest import chat_body as text_body
     from .conftest import read_sse

@@ -14,11 +14,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from agents.adk import AgentHost, session_service_from_uri
-from agents.demo import build_demo_agent
-from gateway.app import make_app
-from gateway.config import Settings
-from gateway.core.errors import StartupError
+from adk_gateway.agents.adk import AgentHost, session_service_from_uri
+from adk_gateway.agents.demo import build_demo_agent
+from adk_gateway.app import make_app
+from adk_gateway.config import Settings
+from adk_gateway.core.errors import StartupError
 
 from .conftest import chat_body, read_sse, user_message
 

@@ -13,11 +13,11 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.app import make_app
-from gateway.config import Settings
-from gateway.keys import REGISTRY
-from gateway.services.redis_streams import INCOMPLETE_TEXT, LOST_WRITER_TEXT, RedisStreamStore, RemoteStreamLog
-from gateway.services.streams import StreamLog
+from adk_gateway.app import make_app
+from adk_gateway.config import Settings
+from adk_gateway.keys import REGISTRY
+from adk_gateway.services.redis_streams import INCOMPLETE_TEXT, LOST_WRITER_TEXT, RedisStreamStore, RemoteStreamLog
+from adk_gateway.services.streams import StreamLog
 
 from .conftest import chat_body, read_sse
 

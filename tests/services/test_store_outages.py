@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from agents.adk import GuardedSessionService, session_service_from_uri
-from gateway.core.errors import StoreUnavailable
-from gateway.services.leases import RedisLeases
-from gateway.services.redis_streams import LOST_WRITER_TEXT, RedisStreamStore, RemoteStreamLog
-from gateway.services.streams import StreamLog
+from adk_gateway.agents.adk import GuardedSessionService, session_service_from_uri
+from adk_gateway.core.errors import StoreUnavailable
+from adk_gateway.services.leases import RedisLeases
+from adk_gateway.services.redis_streams import LOST_WRITER_TEXT, RedisStreamStore, RemoteStreamLog
+from adk_gateway.services.streams import StreamLog
 from tests.gateway_process import free_port
 
 pytestmark = pytest.mark.services

@@ -2,8 +2,8 @@
 
 `make_gateway(settings, host=...)` starts a gateway (the demo agent on the scripted model unless a
 host is given) and returns the driver (`drivers.Gateway`) of this test's transport: SSE and
-WebSocket on a real socket (pytest-aiohttp, with `handler_cancellation` as `python -m gateway`
-runs), memory on the same services with no socket at all (`transports.memory.MemoryClient`).
+WebSocket on a real socket (pytest-aiohttp, with `handler_cancellation` as `python -m adk_gateway`
+runs), memory on the same services with no socket at all (`adk_gateway.transports.memory.MemoryClient`).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestServer
 
-from agents.adk import AgentHost
-from gateway.app import build_services, make_app
-from gateway.config import Settings
-from gateway.keys import REGISTRY
+from adk_gateway.agents.adk import AgentHost
+from adk_gateway.app import build_services, make_app
+from adk_gateway.config import Settings
+from adk_gateway.keys import REGISTRY
 from tests.integration.support import settings as test_settings
 
 from .drivers import Gateway, MemoryGateway, SSEGateway, WebSocketGateway

@@ -25,10 +25,10 @@ import aiohttp
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient
 
-from gateway.app import Services
-from gateway.services.registry import Registry
+from adk_gateway.app import Services
+from adk_gateway.services.registry import Registry
+from adk_gateway.transports.memory import MemoryClient, MemoryResponse
 from tests.integration.support import WAIT_S, ChunkReader, Json, LiveStream, Reply, chat_body
-from transports.memory import MemoryClient, MemoryResponse
 
 __all__ = ["Gateway", "MemoryGateway", "SSEGateway", "Stream", "WebSocketGateway"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from google.adk.sessions import InMemorySessionService
 
-from agents.adk import AgentHost
+from adk_gateway.agents.adk import AgentHost
 from tests.integration.support import (
     Conversation,
     Reply,

@@ -17,10 +17,17 @@ from google.adk.sessions import BaseSessionService, InMemorySessionService
 from google.adk.sessions.database_session_service import DatabaseSessionService
 from google.adk.sessions.sqlite_session_service import SqliteSessionService
 
-from agents.adk import AgentApps, AgentHost, AgentLoadError, MemorySessionService, load_agents, session_service_from_uri
-from gateway.config import Settings
-from gateway.core.errors import UnknownApp
-from gateway.core.requests import LiveStartFrame, SendFrame, ValidationError, parse_frame
+from adk_gateway.agents.adk import (
+    AgentApps,
+    AgentHost,
+    AgentLoadError,
+    MemorySessionService,
+    load_agents,
+    session_service_from_uri,
+)
+from adk_gateway.config import Settings
+from adk_gateway.core.errors import UnknownApp
+from adk_gateway.core.requests import LiveStartFrame, SendFrame, ValidationError, parse_frame
 from tests.integration.support import ToolLog, counting_agent
 
 # --- session-store URIs ---------------------------------------------------------------------------
@@ -117,7 +124,7 @@ def test_vertex_settings_count_as_a_model_credential(env: dict[str, str], model:
 AGENT_SOURCE = textwrap.dedent(
     """
     from google.adk.agents import LlmAgent
-    import agents.scripted  # noqa: F401
+    import adk_gateway.agents.scripted  # noqa: F401
 
     root_agent = LlmAgent(name="{name}_agent", model="scripted")
     """

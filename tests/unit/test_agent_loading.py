@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from google.adk.agents import LlmAgent
 
-from agents.adk import AgentLoadError, load_agent
+from adk_gateway.agents.adk import AgentLoadError, load_agent
 
 AGENT_SOURCE = textwrap.dedent(
     """
     from google.adk.agents import LlmAgent
-    import agents.scripted  # registers the offline model
+    import adk_gateway.agents.scripted  # registers the offline model
 
     root_agent = LlmAgent(name="{name}", model="scripted")
     """

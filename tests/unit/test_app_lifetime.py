@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.app import make_app, run_steps
-from gateway.config import Settings
-from gateway.keys import AUTH, HOST, REGISTRY, SERVICE
+from adk_gateway.app import make_app, run_steps
+from adk_gateway.config import Settings
+from adk_gateway.keys import AUTH, HOST, REGISTRY, SERVICE
 
 
 async def test_run_steps_runs_every_step_and_returns_each_failure() -> None:

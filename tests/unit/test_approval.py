@@ -1,4 +1,4 @@
-"""Unit tests for gateway.core.approval: the call state machine and the per-chat approval book."""
+"""Unit tests for adk_gateway.core.approval: the call state machine and the per-chat approval book."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from gateway.core.approval import (
+from adk_gateway.core.approval import (
     INITIAL,
     MAX_ANSWERED_KEPT,
     TERMINAL,

@@ -1,4 +1,4 @@
-"""Unit tests for the chat side of gateway.core.approval: asking, answering a continuation (checked,
+"""Unit tests for the chat side of adk_gateway.core.approval: asking, answering a continuation (checked,
 then applied), outcomes the agent reports, and standing permissions. Pure: no ADK, no HTTP."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.approval import (
+from adk_gateway.core.approval import (
     REJECTED_TEXT,
     TERMINAL,
     TIMEOUT_TEXT,
@@ -30,8 +30,8 @@ from gateway.core.approval import (
     browser_result,
     interrupt_result,
 )
-from gateway.core.errors import BadRequest
-from gateway.core.requests import ToolPart
+from adk_gateway.core.errors import BadRequest
+from adk_gateway.core.requests import ToolPart
 
 NOW = 1_000.0
 

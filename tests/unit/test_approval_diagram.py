@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from gateway.core.approval import TRANSITIONS, CallEvent, CallState
+from adk_gateway.core.approval import TRANSITIONS, CallEvent, CallState
 
 SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "design" / "approval_states.py"
 

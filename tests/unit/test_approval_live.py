@@ -1,4 +1,4 @@
-"""Unit tests for `gateway.core.approval.LiveBook`: the calls a live session holds inside ADK's tool
+"""Unit tests for `adk_gateway.core.approval.LiveBook`: the calls a live session holds inside ADK's tool
 pipeline until the client answers. The session keeps the asyncio futures; these tests play the
 session's part with plain dicts, so every rule is checked without an event loop."""
 
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from gateway.core.approval import (
+from adk_gateway.core.approval import (
     CUT_TEXT,
     ENDED_TEXT,
     MAX_ANSWERED_KEPT,

@@ -1,4 +1,4 @@
-"""Unit tests for gateway.services.auth's pure helpers and the development token minter."""
+"""Unit tests for adk_gateway.services.auth's pure helpers and the development token minter."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.errors import Unauthorized
-from gateway.devtoken import mint
-from gateway.services.auth import AnonymousAuth, JwtAuth, bearer_token, redact
+from adk_gateway.core.errors import Unauthorized
+from adk_gateway.devtoken import mint
+from adk_gateway.services.auth import AnonymousAuth, JwtAuth, bearer_token, redact
 
 TOKEN_CHARS = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~+/=", min_size=8,
                       max_size=80)

@@ -52,7 +52,7 @@ def test_missing_rates_and_other_rows_are_drawn_around(tmp_path: Path) -> None:
 def test_the_comparison_draws_it_beside_the_turn_time_chart(tmp_path: Path) -> None:
     """`make bench` calls `Comparison.chart` (tests/bench/run.py): with the table's loads it also
     writes the throughput chart. The comparison is built without its servers and runners."""
-    from gateway.loadtest import Sample
+    from adk_gateway.loadtest import Sample
     from tests.bench.compare import CHART_NAME, Comparison, Load, Sizes
 
     comparison = Comparison.__new__(Comparison)

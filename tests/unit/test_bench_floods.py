@@ -163,7 +163,7 @@ async def test_a_probe_that_never_answers_is_capped_and_counted_as_failed() -> N
 def test_the_launcher_sets_the_slow_callback_threshold_of_every_loop_and_runs_the_gateway_module(
     tmp_path: Path,
 ) -> None:
-    package = tmp_path / "gateway"
+    package = tmp_path / "stub_gateway"
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "__main__.py").write_text(
@@ -172,7 +172,7 @@ def test_the_launcher_sets_the_slow_callback_threshold_of_every_loop_and_runs_th
         "print(loop.slow_callback_duration, sys.argv[1:])\n"
         "loop.close()\n"
     )
-    command = slow_callback_command(sys.executable, 0.05)
+    command = slow_callback_command(sys.executable, 0.05, module="stub_gateway")
     done = subprocess.run([*command, "--port", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                           check=True)
     assert done.stdout.strip() == "0.05 ['--port', '1']"

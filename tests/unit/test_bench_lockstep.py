@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.loadtest import Sample
+from adk_gateway.loadtest import Sample
 from tests.bench.compare import Comparison, Load, Sizes, lockstep, paired
 
 

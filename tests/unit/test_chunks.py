@@ -1,4 +1,4 @@
-"""Unit tests for gateway.core.chunks: every chunk's wire shape and the downgrade for ai 6 clients."""
+"""Unit tests for adk_gateway.core.chunks: every chunk's wire shape and the downgrade for ai 6 clients."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.core import chunks as c
-from gateway.core.chunks import V6_FINISH_REASONS, V7_ONLY_TYPES, adapt_wire
+from adk_gateway.core import chunks as c
+from adk_gateway.core.chunks import V6_FINISH_REASONS, V7_ONLY_TYPES, adapt_wire
 
 PM = {"adk": {"eventId": "e1"}}
 

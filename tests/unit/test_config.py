@@ -1,4 +1,4 @@
-"""Unit tests for gateway.config: flags, ADK_GATEWAY_* variables, precedence and errors."""
+"""Unit tests for adk_gateway.config: flags, ADK_GATEWAY_* variables, precedence and errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import ENV_PREFIX, Settings, SettingsError, build_parser, load_settings
+from adk_gateway.config import ENV_PREFIX, Settings, SettingsError, build_parser, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -146,14 +146,14 @@ def test_effective_model_and_origins() -> None:
 def test_one_origin_list_for_http_and_the_websocket(argv: list[str], env: dict[str, str]) -> None:
     # --allowed-origins, or its older name --cors-origins: the same list for CORS and the socket.
     s = load_settings(argv, env=env)
-    assert s.origins == s.cors == {"http://localhost:3000"}
-    assert s.origin_keys == s.cors_keys == s.socket_origin_keys == {"http://localhost:3000"}
+    assert s.origins == {"http://localhost:3000"}
+    assert s.origin_keys == {"http://localhost:3000"}
 
 
 def test_the_older_origin_name_adds_to_the_list() -> None:
     s = load_settings(["--cors-origins", "https://b.example"], env={"ADK_GATEWAY_ALLOWED_ORIGINS": "https://a.example"})
-    assert s.origins == s.cors == {"https://a.example", "https://b.example"}
-    assert s.socket_origin_keys == s.cors_keys == {"https://a.example", "https://b.example"}
+    assert s.origins == {"https://a.example", "https://b.example"}
+    assert s.origin_keys == {"https://a.example", "https://b.example"}
     # Each name keeps its own precedence: a flag beats its variable.
     s = load_settings(["--allowed-origins", "https://c.example"], env={"ADK_GATEWAY_ALLOWED_ORIGINS": "https://a.example"})
     assert s.origins == {"https://c.example"}
@@ -181,7 +181,7 @@ def test_help_names_the_older_origin_flag_as_an_alias() -> None:
 def test_main_exits_2_with_one_line_for_a_bad_port() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway", "--port", "nope"],
+        [sys.executable, "-m", "adk_gateway", "--port", "nope"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
     )
     assert proc.returncode == 2
@@ -196,7 +196,7 @@ def test_main_exits_2_with_one_line_for_a_bad_port() -> None:
 def test_main_exits_2_for_a_bad_environment_value() -> None:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}, "ADK_GATEWAY_PORT": "http"}
     proc = subprocess.run(
-        [sys.executable, "-m", "gateway"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "adk_gateway"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
         check=False,
     )
     assert proc.returncode == 2
@@ -205,12 +205,12 @@ def test_main_exits_2_for_a_bad_environment_value() -> None:
 
 def test_readme_lists_every_setting() -> None:
     """README's settings table is the one `settings_table()` renders (regenerate it from there)."""
-    from gateway.config import settings_table
+    from adk_gateway.config import settings_table
 
     readme = (ROOT / "README.md").read_text()
     assert settings_table() in readme, (
         "README.md's settings table is stale: replace it with the output of "
-        "`.venv/bin/python -c 'from gateway.config import settings_table; print(settings_table())'`"
+        "`.venv/bin/python -c 'from adk_gateway.config import settings_table; print(settings_table())'`"
     )
 
 

@@ -1,4 +1,4 @@
-"""Unit tests for gateway.core.converter: hand-built ADK events, adapted by `agents.events`, -> UI
+"""Unit tests for adk_gateway.core.converter: hand-built ADK events, adapted by `adk_gateway.agents.events`, -> UI
 message chunks (a chat's `MessageConverter`; live turns are in tests/unit/test_writer.py and the
 live integration tests)."""
 
@@ -16,10 +16,10 @@ from google.genai import types
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents.events import agent_event, finish_reason_name
-from gateway.core import chunks as c
-from gateway.core import events as ev
-from gateway.core.approval import (
+from adk_gateway.agents.events import agent_event, finish_reason_name
+from adk_gateway.core import chunks as c
+from adk_gateway.core import events as ev
+from adk_gateway.core.approval import (
     REJECTED_TEXT,
     AwaitClient,
     CallState,
@@ -27,7 +27,7 @@ from gateway.core.approval import (
     ToolOutcome,
     interrupt_result,
 )
-from gateway.core.converter import (
+from adk_gateway.core.converter import (
     MAX_ERROR_TEXT,
     CallAnnounced,
     ConversionResult,
@@ -38,7 +38,7 @@ from gateway.core.converter import (
     result_outcome,
     safe_error_text,
 )
-from gateway.core.kinds import CONFIRMATION_TOOL, PLACEHOLDER_ERROR, ToolKind
+from adk_gateway.core.kinds import CONFIRMATION_TOOL, PLACEHOLDER_ERROR, ToolKind
 
 AGENT = "demo_agent"
 KINDS = {

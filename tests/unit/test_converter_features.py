@@ -1,6 +1,6 @@
-"""Unit tests for what a real ADK agent's events become (issue 32), in gateway.core.converter:
+"""Unit tests for what a real ADK agent's events become (issue 32), in adk_gateway.core.converter:
 agent names, message metadata, grounding, shared state, long-running tools, sign-ins and
-artifacts; and how `agents.events` reads them from ADK's events."""
+artifacts; and how `adk_gateway.agents.events` reads them from ADK's events."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from google.adk.auth.auth_tool import AuthConfig
 from google.adk.events import Event, EventActions
 from google.genai import types
 
-from agents.events import agent_event
-from gateway.core import chunks as c
-from gateway.core import events as ev
-from gateway.core.approval import CallState
-from gateway.core.converter import (
+from adk_gateway.agents.events import agent_event
+from adk_gateway.core import chunks as c
+from adk_gateway.core import events as ev
+from adk_gateway.core.approval import CallState
+from adk_gateway.core.converter import (
     SIGN_IN_FAILED,
     ArtifactSaved,
     CallAnnounced,
@@ -23,7 +23,7 @@ from gateway.core.converter import (
     Mode,
     SignInRequested,
 )
-from gateway.core.kinds import CREDENTIAL_TOOL, ToolKind
+from adk_gateway.core.kinds import CREDENTIAL_TOOL, ToolKind
 from tests.unit.test_writer import check_message
 
 USAGE = ev.Usage(11, 3, 14)

@@ -16,15 +16,15 @@ from typing import Any, cast
 from aiohttp import WSMsgType
 from aiohttp.test_utils import make_mocked_request
 
-from gateway.config import Settings
-from gateway.core import encoding
-from gateway.core.errors import GatewayError
-from gateway.metrics import Metrics
-from gateway.services.registry import Registry
-from gateway.services.streams import LogEntry, StreamLog
-from transports.base import MAX_BATCH_BYTES, Transport, deliver
-from transports.sse import SSETransport
-from transports.websocket import SocketSession, WebSocketRequestTransport
+from adk_gateway.config import Settings
+from adk_gateway.core import encoding
+from adk_gateway.core.errors import GatewayError
+from adk_gateway.metrics import Metrics
+from adk_gateway.services.registry import Registry
+from adk_gateway.services.streams import LogEntry, StreamLog
+from adk_gateway.transports.base import MAX_BATCH_BYTES, Transport, deliver
+from adk_gateway.transports.sse import SSETransport
+from adk_gateway.transports.websocket import SocketSession, WebSocketRequestTransport
 
 
 def delta(text: str) -> dict[str, Any]:

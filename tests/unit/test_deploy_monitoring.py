@@ -1,6 +1,6 @@
 """The monitoring files in deploy/ stay true to the gateway: the Prometheus scrape configs parse and
 scrape /metrics of the right instances, and every metric (and grouping label) the Grafana dashboard
-queries is one that `gateway.metrics.Metrics` exposes, so renaming a metric or a label breaks this
+queries is one that `adk_gateway.metrics.Metrics` exposes, so renaming a metric or a label breaks this
 test instead of leaving an empty panel."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 import yaml
 from prometheus_client.metrics import MetricWrapperBase
 
-from gateway.metrics import Metrics
+from adk_gateway.metrics import Metrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PROMETHEUS = DEPLOY / "prometheus"

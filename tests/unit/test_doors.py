@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.config import Settings, host_name, is_ip_address, origin_key
-from gateway.logs import _json_line, _redact_credentials
-from gateway.services.auth import clean_user_id, query_token, redact, redact_query, redact_target
+from adk_gateway.config import Settings, host_name, is_ip_address, origin_key
+from adk_gateway.logs import _json_line, _redact_credentials
+from adk_gateway.services.auth import clean_user_id, query_token, redact, redact_query, redact_target
 
 TOKEN = st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~", min_size=12,
                 max_size=80)

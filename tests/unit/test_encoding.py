@@ -1,4 +1,5 @@
-"""Unit tests for gateway.core.encoding (SSE events, WebSocket frames) and transports.base.adapt_wire."""
+"""Unit tests for adk_gateway.core.encoding (SSE events, WebSocket frames) and
+adk_gateway.transports.base.adapt_wire."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core import chunks as c
-from gateway.core import encoding
-from gateway.services.streams import LogEntry
-from transports.base import adapt_entry, adapt_wire
+from adk_gateway.core import chunks as c
+from adk_gateway.core import encoding
+from adk_gateway.services.streams import LogEntry
+from adk_gateway.transports.base import adapt_entry, adapt_wire
 
 
 def parse_sse(raw: bytes) -> tuple[list[str], list[str]]:

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from opentelemetry import _logs
 from opentelemetry._logs import NoOpLoggerProvider
 
-from agents import adk
-from agents.demo import build_demo_agent
-from agents.inference_scope import LeanInferenceScope, keep_call_summary
-from agents.memory_store import MemorySessionService
+from adk_gateway.agents import adk
+from adk_gateway.agents.demo import build_demo_agent
+from adk_gateway.agents.inference_scope import LeanInferenceScope, keep_call_summary
+from adk_gateway.agents.memory_store import MemorySessionService
 
 
 def _response(index: int, usage: bool, finish: bool = False) -> LlmResponse:

@@ -1,4 +1,4 @@
-"""Unit tests for gateway.core.jsonparse: depth-bounded JSON that never recurses, in or off the loop."""
+"""Unit tests for adk_gateway.core.jsonparse: depth-bounded JSON that never recurses, in or off the loop."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core.jsonparse import SMALL_BYTES, JsonRejected, depth_exceeds, depth_exceeds_async, loads, loads_async
+from adk_gateway.core.jsonparse import SMALL_BYTES, JsonRejected, depth_exceeds, depth_exceeds_async, loads, loads_async
 
 
 def nested(depth: int, kind: str = "list") -> Any:

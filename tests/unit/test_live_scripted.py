@@ -11,10 +11,10 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 
-from agents.script import tiny_png
-from agents.scripted import ScriptedLlm
-from agents.scripted_live import ScriptedLiveConnection
-from gateway.core.pcm import chunk_bytes, duration_ms, tone
+from adk_gateway.agents.script import tiny_png
+from adk_gateway.agents.scripted import ScriptedLlm
+from adk_gateway.agents.scripted_live import ScriptedLiveConnection
+from adk_gateway.core.pcm import chunk_bytes, duration_ms, tone
 from tests.audio import dominant_frequency
 
 TIMEOUT = 5.0

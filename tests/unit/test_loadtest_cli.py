@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from gateway.__main__ import main as gateway_main
-from gateway.loadtest import cli
-from gateway.loadtest.clients import SSEParser, answer_tools, fold_chunks
-from gateway.loadtest.config import LoadConfig, TargetRefused, check_target, redact
-from gateway.loadtest.report import BarProgress, progress_wanted
-from gateway.loadtest.scenarios import AUDIO_RATE, load_wav
+from adk_gateway.__main__ import main as gateway_main
+from adk_gateway.loadtest import cli
+from adk_gateway.loadtest.clients import SSEParser, answer_tools, fold_chunks
+from adk_gateway.loadtest.config import LoadConfig, TargetRefused, check_target, redact
+from adk_gateway.loadtest.report import BarProgress, progress_wanted
+from adk_gateway.loadtest.scenarios import AUDIO_RATE, load_wav
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -248,7 +248,7 @@ def test_progress_goes_to_a_terminal_only() -> None:
 def test_the_bar_counts_requests_and_disappears_at_the_end() -> None:
     from rich.console import Console
 
-    from gateway.loadtest.clients import Sample
+    from adk_gateway.loadtest.clients import Sample
 
     out = io.StringIO()
     bar = BarProgress(Console(file=out, force_terminal=True, force_interactive=True, width=100))
@@ -267,7 +267,7 @@ def test_the_bar_counts_requests_and_disappears_at_the_end() -> None:
 
 # --- a client ------------------------------------------------------------------------------------
 
-FORBIDDEN = ("gateway.services", "gateway.app", "transports", "agents", "google")
+FORBIDDEN = ("adk_gateway.services", "adk_gateway.app", "adk_gateway.transports", "adk_gateway.agents", "google")
 
 
 def test_the_package_imports_nothing_of_the_server() -> None:
@@ -281,9 +281,10 @@ def test_the_package_imports_nothing_of_the_server() -> None:
 
 
 def test_importing_the_command_loads_no_server_module() -> None:
-    code = ("import sys, gateway.loadtest.cli; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('agents', 'transports', 'google') "
-            "or m.startswith(('gateway.services', 'gateway.app'))))")
+    code = ("import sys, adk_gateway.loadtest.cli; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'google' "
+            "or m.startswith(('adk_gateway.services', 'adk_gateway.app', 'adk_gateway.transports', "
+            "'adk_gateway.agents'))))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
                             check=True)
     assert result.stdout.strip() == "[]"

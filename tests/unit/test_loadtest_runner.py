@@ -1,4 +1,4 @@
-"""Unit tests for gateway.loadtest.runner's arrival schedule (a fixed rate), on a fake clock: no
+"""Unit tests for adk_gateway.loadtest.runner's arrival schedule (a fixed rate), on a fake clock: no
 request is sent and nothing waits."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import asyncio
 import aiohttp
 import pytest
 
-from gateway.loadtest.clients import Client, Sample
-from gateway.loadtest.config import LoadConfig
-from gateway.loadtest.report import summarize
-from gateway.loadtest.runner import LATE_AFTER_S, _Load, run_arrivals
-from gateway.loadtest.scenarios import Prepared
+from adk_gateway.loadtest.clients import Client, Sample
+from adk_gateway.loadtest.config import LoadConfig
+from adk_gateway.loadtest.report import summarize
+from adk_gateway.loadtest.runner import LATE_AFTER_S, _Load, run_arrivals
+from adk_gateway.loadtest.scenarios import Prepared
 
 
 class FakeClock:

@@ -1,4 +1,4 @@
-"""Unit tests for gateway.loadtest.stats: the histogram's percentiles against exact ones."""
+"""Unit tests for adk_gateway.loadtest.stats: the histogram's percentiles against exact ones."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.loadtest.stats import Histogram, percentiles
+from adk_gateway.loadtest.stats import Histogram, percentiles
 
 
 def nearest_rank(values: list[float], percentile: float) -> float:

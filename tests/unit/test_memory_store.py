@@ -1,4 +1,4 @@
-"""The `memory://` store (`agents.memory_store.MemorySessionService`): the same answers as ADK's
+"""The `memory://` store (`adk_gateway.agents.memory_store.MemorySessionService`): the same answers as ADK's
 `InMemorySessionService` for the same calls, without copying events; and its eviction."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from google.genai import types
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.memory_store import MemorySessionService
+from adk_gateway.agents.memory_store import MemorySessionService
 
 APP = "app"
 T = TypeVar("T")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from gateway.services.streams import MemoryStreamStore, StreamLog
+from adk_gateway.services.streams import MemoryStreamStore, StreamLog
 
 RETENTION_S = 30.0
 

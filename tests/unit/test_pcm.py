@@ -1,5 +1,5 @@
-"""Unit tests for the pure audio modules: gateway.core.pcm (PCM16 helpers), gateway.core.resample
-and gateway.core.vad, and the tests' own probes (tests/audio.py)."""
+"""Unit tests for the pure audio modules: adk_gateway.core.pcm (PCM16 helpers), adk_gateway.core.resample
+and adk_gateway.core.vad, and the tests' own probes (tests/audio.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core import pcm
-from gateway.core import resample as resampling
-from gateway.core.pcm import INPUT_RATE, OUTPUT_RATE, SAMPLE_WIDTH, PcmFormatError
-from gateway.core.resample import Resampler
-from gateway.core.vad import EnergyVad, VadEvent, VadEventKind
+from adk_gateway.core import pcm
+from adk_gateway.core import resample as resampling
+from adk_gateway.core.pcm import INPUT_RATE, OUTPUT_RATE, SAMPLE_WIDTH, PcmFormatError
+from adk_gateway.core.resample import Resampler
+from adk_gateway.core.vad import EnergyVad, VadEvent, VadEventKind
 from tests import audio
 
 START = VadEventKind.SPEECH_START

@@ -1,6 +1,6 @@
 """Unit tests for a request's history kept as the bytes the client sent
-(`gateway.core.jsonparse.loads_request`: `msgspec.Raw`, and a `PostedMessage` for the last one) and
-the fingerprints taken over them (`gateway.core.requests.history_digest`)."""
+(`adk_gateway.core.jsonparse.loads_request`: `msgspec.Raw`, and a `PostedMessage` for the last one) and
+the fingerprints taken over them (`adk_gateway.core.requests.history_digest`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.jsonparse import (
+from adk_gateway.core.jsonparse import (
     SMALL_BYTES,
     JsonRejected,
     PostedMessage,
@@ -22,7 +22,7 @@ from gateway.core.jsonparse import (
     loads_request_async,
     parse_posted,
 )
-from gateway.core.requests import (
+from adk_gateway.core.requests import (
     ChatRequest,
     ValidationError,
     checked_heads,

@@ -18,8 +18,8 @@ from collections.abc import Callable
 import pytest
 from structlog.testing import capture_logs
 
-from gateway.services.registry import ChatRun, Done, Registry, SendVerdict, SendWindow
-from gateway.services.streams import StreamLog, Wakeup
+from adk_gateway.services.registry import ChatRun, Done, Registry, SendVerdict, SendWindow
+from adk_gateway.services.streams import StreamLog, Wakeup
 
 
 def later(step: Callable[[], object]) -> None:

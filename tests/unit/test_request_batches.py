@@ -1,4 +1,4 @@
-"""Unit tests for how gateway.core.requests validates posted histories: the last message in full, the
+"""Unit tests for how adk_gateway.core.requests validates posted histories: the last message in full, the
 others only when used, long ones a batch at a time."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.core.jsonparse import JsonRejected, depth_exceeds
-from gateway.core.requests import (
+from adk_gateway.core.jsonparse import JsonRejected, depth_exceeds
+from adk_gateway.core.requests import (
     MESSAGE_BATCH,
     ChatRequest,
     SendFrame,

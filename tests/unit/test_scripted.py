@@ -1,4 +1,4 @@
-"""Unit tests for agents.scripted: the offline model's script for every row of the contract table."""
+"""Unit tests for adk_gateway.agents.scripted: the offline model's script for every row of the contract table."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from google.genai import types
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.script import Plan, ScriptError, ToolCall, plan_for_text, tiny_png
-from agents.scripted import _calls_and_responses, _split_turn, _summary
+from adk_gateway.agents.script import Plan, ScriptError, ToolCall, plan_for_text, tiny_png
+from adk_gateway.agents.scripted import _calls_and_responses, _split_turn, _summary
 
 # --- /echo ----------------------------------------------------------------------------------------
 

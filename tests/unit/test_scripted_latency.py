@@ -10,11 +10,11 @@ import pytest
 from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 
-import agents.scripted
-from agents.script import Latency, Plan, ScriptError, parse_latency, plan_for_text
-from agents.scripted import ScriptedLlm, configure_latency
-from gateway.__main__ import configure_scripted_model
-from gateway.config import load_settings
+import adk_gateway.agents.scripted
+from adk_gateway.__main__ import configure_scripted_model
+from adk_gateway.agents.script import Latency, Plan, ScriptError, parse_latency, plan_for_text
+from adk_gateway.agents.scripted import ScriptedLlm, configure_latency
+from adk_gateway.config import load_settings
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def waits(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
     async def sleep(seconds: float) -> None:
         recorded.append(seconds)
 
-    monkeypatch.setattr(agents.scripted, "_sleep", sleep)
+    monkeypatch.setattr(adk_gateway.agents.scripted, "_sleep", sleep)
     default, rng = ScriptedLlm.default_latency, ScriptedLlm.rng
     yield recorded
     ScriptedLlm.default_latency, ScriptedLlm.rng = default, rng

@@ -1,4 +1,4 @@
-"""Unit tests for the bounded session stores of agents.adk: the store-call timeout and the bulk
+"""Unit tests for the bounded session stores of adk_gateway.agents.adk: the store-call timeout and the bulk
 history import (the `memory://` store's eviction is tested in test_memory_store.py)."""
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from google.adk.events import Event
 from google.adk.sessions import InMemorySessionService, Session
 from google.genai import types
 
-from agents.adk import (
+from adk_gateway.agents.adk import (
     AgentHost,
     GuardedSessionService,
     MemorySessionService,
     append_history_in_memory,
     history_events,
 )
-from gateway.core.errors import StoreUnavailable
-from gateway.core.pacing import EVERY
-from gateway.core.requests import UIMessage
+from adk_gateway.core.errors import StoreUnavailable
+from adk_gateway.core.pacing import EVERY
+from adk_gateway.core.requests import UIMessage
 from tests.integration.support import ToolLog, counting_agent
 from tests.turns import CountedMessages, Turns
 

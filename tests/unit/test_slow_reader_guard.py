@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from gateway.core.errors import SlowReader
-from gateway.metrics import Metrics
-from gateway.services.streams import StreamLog
-from transports.base import SlowReaderGuard
+from adk_gateway.core.errors import SlowReader
+from adk_gateway.metrics import Metrics
+from adk_gateway.services.streams import StreamLog
+from adk_gateway.transports.base import SlowReaderGuard
 
 GRACE_S = 0.05
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.core import encoding
-from gateway.services.streams import Follower, StreamLog
+from adk_gateway.core import encoding
+from adk_gateway.services.streams import Follower, StreamLog
 
 
 def pcm(n: int) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from gateway.core import encoding
-from gateway.services.streams import Follower, FollowerOverrun, LogEntry, StreamLog
+from adk_gateway.core import encoding
+from adk_gateway.services.streams import Follower, FollowerOverrun, LogEntry, StreamLog
 
 
 def delta(size: int) -> dict[str, Any]:

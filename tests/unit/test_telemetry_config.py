@@ -7,9 +7,9 @@ from google.adk.telemetry import ContentCapturingMode
 from opentelemetry import trace
 from opentelemetry.trace import NoOpTracerProvider
 
-from agents import adk
-from agents.demo import build_demo_agent
-from agents.memory_store import MemorySessionService
+from adk_gateway.agents import adk
+from adk_gateway.agents.demo import build_demo_agent
+from adk_gateway.agents.memory_store import MemorySessionService
 
 
 def test_untraced_process_asks_for_the_stable_conventions_without_content(monkeypatch: pytest.MonkeyPatch) -> None:

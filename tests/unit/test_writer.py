@@ -1,4 +1,4 @@
-"""Unit tests for gateway.core.writer (`MessageWriter`) and the live turns written through it.
+"""Unit tests for adk_gateway.core.writer (`MessageWriter`) and the live turns written through it.
 
 The property test drives a writer with any sequence of calls and checks the chunks against the
 AI SDK's reading rules: one `start` first, one end last and nothing after it, steps balanced and
@@ -15,12 +15,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.core import chunks as c
-from gateway.core import events as ev
-from gateway.core.approval import REJECTED_TEXT, interrupt_result
-from gateway.core.converter import CallAnnounced, MessageConverter, Mode
-from gateway.core.kinds import ToolKind
-from gateway.core.writer import MessageWriter
+from adk_gateway.core import chunks as c
+from adk_gateway.core import events as ev
+from adk_gateway.core.approval import REJECTED_TEXT, interrupt_result
+from adk_gateway.core.converter import CallAnnounced, MessageConverter, Mode
+from adk_gateway.core.kinds import ToolKind
+from adk_gateway.core.writer import MessageWriter
 
 Wire = dict[str, Any]
 ENDS = frozenset({"finish", "error", "abort"})

@@ -42,7 +42,7 @@ pair; the book serialises to plain JSON (`to_state` / `from_state`) in the sessi
   (`expired`); a live session, whose tool waits inside ADK, waits until it.
 
 `LiveBook` is the same authority for a live (audio) session, whose tools run inside ADK's
-`run_live` while the client answers over the socket: `agents.tools.PermissionPlugin` *holds* a
+`run_live` while the client answers over the socket: `adk_gateway.agents.tools.PermissionPlugin` *holds* a
 call (waits for the user's answer, or for the browser's result) until the session resolves it.
 The book keeps the call states and which calls are held; the session keeps only the asyncio
 futures, and wakes them as `Resume` values say. See `LiveBook` for its methods.
@@ -52,14 +52,14 @@ No I/O, no asyncio, no ADK, no clock: callers pass ids and times in.
 
 from __future__ import annotations
 
-from gateway.core.approval.book import (
+from adk_gateway.core.approval.book import (
     Answer,
     AnsweredPart,
     ApprovalAnswer,
     ApprovalBook,
     Continuation,
 )
-from gateway.core.approval.live import (
+from adk_gateway.core.approval.live import (
     HeldAnswer,
     Hold,
     LiveApproval,
@@ -67,7 +67,7 @@ from gateway.core.approval.live import (
     LiveStep,
     Resume,
 )
-from gateway.core.approval.table import (
+from adk_gateway.core.approval.table import (
     BROWSER_FAILED_TEXT,
     CUT_TEXT,
     ENDED_TEXT,
@@ -91,7 +91,7 @@ from gateway.core.approval.table import (
     InvalidTransition,
     Permission,
     RunInBrowser,
-    Shown,
+    ToolNotice,
     ToolOutcome,
     ToolPolicy,
     browser_result,
@@ -136,7 +136,7 @@ __all__ = [
     "Permission",
     "Resume",
     "RunInBrowser",
-    "Shown",
+    "ToolNotice",
     "ToolOutcome",
     "ToolPolicy",
     "browser_result",

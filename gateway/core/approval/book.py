@@ -1,4 +1,4 @@
-"""The approvals and standing permissions of one chat (`ApprovalBook`; see `gateway.core.approval`)."""
+"""The approvals and standing permissions of one chat (`ApprovalBook`; see `adk_gateway.core.approval`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from gateway.core.approval.table import (
+from adk_gateway.core.approval.table import (
     INITIAL,
     MAX_ANSWERED_KEPT,
     REJECTED_TEXT,
@@ -30,8 +30,8 @@ from gateway.core.approval.table import (
     interrupt_result,
     tool_policy,
 )
-from gateway.core.errors import BadRequest
-from gateway.core.kinds import ToolKind
+from adk_gateway.core.errors import BadRequest
+from adk_gateway.core.kinds import ToolKind
 
 __all__ = ["Answer", "AnsweredPart", "ApprovalAnswer", "ApprovalBook", "Continuation"]
 
@@ -39,7 +39,7 @@ __all__ = ["Answer", "AnsweredPart", "ApprovalAnswer", "ApprovalBook", "Continua
 
 
 class ApprovalAnswer(Protocol):
-    """The `approval` of a posted tool part (`gateway.core.requests.ApprovalPart`)."""
+    """The `approval` of a posted tool part (`adk_gateway.core.requests.ApprovalPart`)."""
 
     @property
     def id(self) -> str: ...
@@ -52,7 +52,7 @@ class ApprovalAnswer(Protocol):
 
 
 class AnsweredPart(Protocol):
-    """A posted tool part (`gateway.core.requests.ToolPart`), as far as the book reads it."""
+    """A posted tool part (`adk_gateway.core.requests.ToolPart`), as far as the book reads it."""
 
     @property
     def toolCallId(self) -> str: ...
@@ -304,7 +304,7 @@ class ApprovalBook:
                     answered.append((record.tool_call_id, answer.decision))
                     record = self.record_decision(record, answer.decision)
             if not stop:
-                self._lead(record, answer, shown, replies)
+                self._act_on_answer(record, answer, shown, replies)
         if stop:
             for record in self.pending():
                 if record.state is CallState.APPROVAL_REQUESTED:
@@ -315,7 +315,7 @@ class ApprovalBook:
         return Continuation(tuple(shown), tuple(replies), interrupted=stop, decisions=tuple(decisions),
                             answered=tuple(answered), expired=tuple(expired), stopped=tuple(stopped))
 
-    def _lead(
+    def _act_on_answer(
         self, record: CallRecord, answer: Answer, shown: list[ToolOutcome | RunInBrowser], replies: list[AgentReply]
     ) -> None:
         """What one timely answer leads to (see `answer`)."""

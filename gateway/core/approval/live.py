@@ -1,4 +1,4 @@
-"""The calls a live session holds inside ADK's tool pipeline (`LiveBook`; see `gateway.core.approval`)."""
+"""The calls a live session holds inside ADK's tool pipeline (`LiveBook`; see `adk_gateway.core.approval`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
 
-from gateway.core.approval.book import ApprovalBook
-from gateway.core.approval.table import (
+from adk_gateway.core.approval.book import ApprovalBook
+from adk_gateway.core.approval.table import (
     CUT_TEXT,
     ENDED_TEXT,
     MAX_ANSWERED_KEPT,
@@ -21,7 +21,7 @@ from gateway.core.approval.table import (
     Decision,
     Permission,
     RunInBrowser,
-    Shown,
+    ToolNotice,
     ToolOutcome,
     ToolPolicy,
     browser_result,
@@ -84,7 +84,7 @@ class Resume:
 class LiveStep:
     """What one `LiveBook` move leads to."""
 
-    shown: tuple[Shown, ...] = ()  # show the client, in order
+    shown: tuple[ToolNotice, ...] = ()  # show the client, in order
     resumes: tuple[Resume, ...] = ()  # wake these waiters
     # For `hold`: the call is not held but answered at once; for `expire`: the waiter's answer.
     answer: HeldAnswer | None = None
@@ -221,7 +221,7 @@ class LiveBook:
         decision = decision_from_response(approved, reason)
         record = self.book.record_decision(record, decision)
         self._held.pop(record.tool_call_id, None)
-        shown: tuple[Shown, ...] = ()
+        shown: tuple[ToolNotice, ...] = ()
         if record.browser and decision.approved:
             shown = (RunInBrowser(record.tool_call_id, record.tool_name, self._inputs.get(record.tool_call_id)),)
         return LiveStep(shown, (Resume(record.tool_call_id, LiveApproval.of(decision)),), decisions=(decision,))
@@ -248,7 +248,7 @@ class LiveBook:
     def expire(self, tool_call_id: str) -> LiveStep:
         self._held.pop(tool_call_id, None)
         record = self.book.get(tool_call_id)
-        shown: tuple[Shown, ...] = ()
+        shown: tuple[ToolNotice, ...] = ()
         if record is not None and record.state is CallState.APPROVAL_REQUESTED:
             record = self.book.fire(tool_call_id, CallEvent.EXPIRE)
             shown = (ToolOutcome(tool_call_id, record.state, TIMEOUT_TEXT, record.browser),)
@@ -256,7 +256,7 @@ class LiveBook:
         return LiveStep(shown, answer=LiveApproval(approved=False, error=TIMEOUT_TEXT))
 
     def cut(self, tool_call_ids: Iterable[str]) -> LiveStep:
-        shown: list[Shown] = []
+        shown: list[ToolNotice] = []
         resumes: list[Resume] = []
         for call_id in tool_call_ids:
             record = self.book.get(call_id)
@@ -284,7 +284,7 @@ class LiveBook:
 
     def close(self) -> LiveStep:
         self.closed = True
-        shown: list[Shown] = []
+        shown: list[ToolNotice] = []
         resumes: list[Resume] = []
         for call_id in list(self._held):
             record = self.book.get(call_id)

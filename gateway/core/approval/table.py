@@ -1,5 +1,5 @@
 """One tool call's life: its states, the events that move it and the one table of legal moves,
-and the plain values the approval books hand their callers (see `gateway.core.approval`)."""
+and the plain values the approval books hand their callers (see `adk_gateway.core.approval`)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ __all__ = [
     "InvalidTransition",
     "Permission",
     "RunInBrowser",
-    "Shown",
+    "ToolNotice",
     "ToolOutcome",
     "ToolPolicy",
     "browser_result",
@@ -282,7 +282,7 @@ class Confirmation:
     confirmed: bool
 
 
-Shown: TypeAlias = ToolOutcome | RunInBrowser | AwaitClient
+ToolNotice: TypeAlias = ToolOutcome | RunInBrowser | AwaitClient
 AgentReply: TypeAlias = FunctionResult | Confirmation
 
 

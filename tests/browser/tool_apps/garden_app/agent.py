@@ -13,7 +13,7 @@ from google.adk.agents import LlmAgent
 from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.long_running_tool import LongRunningFunctionTool
 
-import agents.scripted  # noqa: F401  (registers the offline `scripted` model with ADK)
+import adk_gateway.agents.scripted  # noqa: F401  (registers the offline `scripted` model with ADK)
 
 
 def water_plants() -> dict[str, Any]:

@@ -11,8 +11,8 @@ from typing import Any
 from google.adk.agents import LlmAgent
 from google.adk.tools.function_tool import FunctionTool
 
-import agents.scripted  # noqa: F401  (registers the offline `scripted` model with ADK)
-from agents.tools import BrowserTool
+import adk_gateway.agents.scripted  # noqa: F401  (registers the offline `scripted` model with ADK)
+from adk_gateway.agents.tools import BrowserTool
 
 
 def lights_status() -> dict[str, Any]:

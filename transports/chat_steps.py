@@ -1,6 +1,6 @@
 """The steps of answering a chat request that do not depend on how its bytes travel.
 
-`POST /api/chat` (transports.sse) and the in-memory client (transports.memory) take the same
+`POST /api/chat` (adk_gateway.transports.sse) and the in-memory client (adk_gateway.transports.memory) take the same
 steps, from here: read the body (`read_chat_request`: its size, JSON depth, history length, then
 validation), tell the client's `ai` version (`client_major`, also used for WebSocket frames),
 count and log a refusal (`refused`), answer with the run's log (`respond`), and stop a chat
@@ -16,20 +16,20 @@ from typing import TYPE_CHECKING
 import structlog
 from pydantic import ValidationError
 
-from gateway.core import jsonparse
-from gateway.core.errors import BadRequest, GatewayError, HistoryTooLong, LimitReached, PayloadTooLarge, SlowReader
-from gateway.core.requests import ChatRequest, describe, message_count, validate_chat_request
-from gateway.services.streams import ChatKey, Follower
-from transports.base import SlowReaderGuard, Transport, deliver
+from adk_gateway.core import jsonparse
+from adk_gateway.core.errors import BadRequest, GatewayError, HistoryTooLong, LimitReached, PayloadTooLarge, SlowReader
+from adk_gateway.core.requests import ChatRequest, describe, message_count, validate_chat_request
+from adk_gateway.services.streams import ChatKey, Follower
+from adk_gateway.transports.base import SlowReaderGuard, Transport, deliver
 
 if TYPE_CHECKING:
-    from gateway.config import Settings
-    from gateway.metrics import Metrics
-    from gateway.services.chat import ChatService
+    from adk_gateway.config import Settings
+    from adk_gateway.metrics import Metrics
+    from adk_gateway.services.chat import ChatService
 
 __all__ = ["client_major", "public_origin", "read_chat_request", "refused", "respond", "stop_chat"]
 
-log = structlog.get_logger("transports.handling")
+log = structlog.get_logger("adk_gateway.transports.chat_steps")
 
 
 def client_major(headers: Mapping[str, str]) -> int:
@@ -47,7 +47,7 @@ def public_origin(scheme: str, host: str, settings: Settings) -> str:
 async def read_chat_request(raw: bytes | bytearray, settings: Settings) -> ChatRequest:
     """A POST body's `ChatRequest`: size (`--max-body-bytes`), JSON depth (`--max-json-depth`) and
     history length (`--max-history-messages`) are checked before anything is validated; a large
-    body is checked and validated in slices that give the event loop back (`gateway.core.jsonparse`).
+    body is checked and validated in slices that give the event loop back (`adk_gateway.core.jsonparse`).
 
     Raises:
         GatewayError: `PayloadTooLarge`, `BadRequest` (`invalid_json`, `invalid_body`), `HistoryTooLong`.

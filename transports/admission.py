@@ -18,7 +18,7 @@ Origins are compared whole (scheme, host and port, `config.origin_key`): the gat
 scheme it was reached with (a proxy's `X-Forwarded-Proto`, which a page cannot set on a
 cross-site request or a socket) and the Host, or `--public-url`.
 
-The app's one middleware (`gateway.app`) runs these around every handler but the WebSocket
+The app's one middleware (`adk_gateway.app`) runs these around every handler but the WebSocket
 handshake's: a socket's handler calls `admit` and `answer` itself (`passes_itself`), so no
 middleware frame stays on its stack for the socket's life (docs/perf/memory-per-connection.md).
 """
@@ -32,8 +32,8 @@ from typing import Any, Final, TypeVar
 import structlog
 from aiohttp import web
 
-from gateway.config import host_name, is_ip_address, origin_key
-from gateway.core.errors import (
+from adk_gateway.config import host_name, is_ip_address, origin_key
+from adk_gateway.core.errors import (
     GatewayError,
     HostRefused,
     OriginRefused,
@@ -41,14 +41,14 @@ from gateway.core.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
-from gateway.keys import AUTH, DRAINING, IDENTITY, METRICS, SETTINGS
-from gateway.services.auth import AnonymousAuth, Identity, bearer_token, query_token, redact, redact_target
+from adk_gateway.keys import AUTH, DRAINING, IDENTITY, METRICS, SETTINGS
+from adk_gateway.services.auth import AnonymousAuth, Identity, bearer_token, query_token, redact, redact_target
 
 __all__ = ["CORS_ALLOW_HEADERS", "CORS_EXPOSE_HEADERS", "WS_PATH", "admit", "answer", "check_host", "cors_headers",
            "identity_of", "is_own_origin", "loggable_target", "needs_no_credential", "passes_door_itself",
            "passes_itself", "preflight", "refused"]
 
-log = structlog.get_logger("gateway.app")
+log = structlog.get_logger("adk_gateway.app")
 
 HandlerT = TypeVar("HandlerT", bound=Callable[..., Any])
 
@@ -150,12 +150,12 @@ def is_own_origin(request: web.Request, origin: str) -> bool:
 def guard_posts(request: web.Request) -> None:
     """CSRF: a form or `text/plain` POST from another site, or any POST, PATCH or DELETE from a
     foreign origin, is refused before it can start or stop a run, or change a chat. A JSON POST
-    from another origin needs a CORS preflight, which only `--cors-origins` passes."""
+    from another origin needs a CORS preflight, which only `--allowed-origins` passes."""
     if request.method in ("POST", "PATCH", "DELETE") and request.path.startswith("/api/"):
         origin = request.headers.get("Origin")
         if origin is not None and not is_own_origin(request, origin):
             settings = request.app[SETTINGS]
-            if "*" not in settings.cors and origin_key(origin) not in settings.cors_keys:
+            if "*" not in settings.origins and origin_key(origin) not in settings.origin_keys:
                 refused(request, "foreign_origin", origin=origin[:200])
                 raise OriginRefused("This origin may not call the chat API.")
         if request.method != "DELETE" and request.content_type != "application/json":
@@ -215,11 +215,11 @@ def cors_origin(request: web.Request) -> str | None:
     """The value for Access-Control-Allow-Origin, or None when this origin is not allowed."""
     settings = request.app[SETTINGS]
     origin = request.headers.get("Origin")
-    if not settings.cors or origin is None or not request.path.startswith("/api/"):
+    if not settings.origins or origin is None or not request.path.startswith("/api/"):
         return None
-    if "*" in settings.cors:
+    if "*" in settings.origins:
         return "*"
-    return origin if origin_key(origin) in settings.cors_keys else None
+    return origin if origin_key(origin) in settings.origin_keys else None
 
 
 def preflight(request: web.Request) -> web.Response | None:
