@@ -57,6 +57,7 @@ from typing import Any, Final
 
 from adk_gateway.core import chunks as c
 from adk_gateway.core.approval import INTERRUPT_TEXT, REJECTED_TEXT, AwaitClient, CallState, RunInBrowser, ToolNotice
+from adk_gateway.core.effects import ArtifactSaved, CallAnnounced, Effect, NeedsApproval, SignInRequested
 from adk_gateway.core.events import (
     AgentEvent,
     FileData,
@@ -76,14 +77,9 @@ __all__ = [
     "AGENT_FAILED",
     "MAX_ERROR_TEXT",
     "SIGN_IN_FAILED",
-    "ArtifactSaved",
-    "CallAnnounced",
     "ConversionResult",
-    "Effect",
     "MessageConverter",
     "Mode",
-    "NeedsApproval",
-    "SignInRequested",
     "is_denial",
     "map_finish_reason",
     "message_replay_chunks",
@@ -215,49 +211,6 @@ def _audio_rate(mime_type: str) -> int:
     return int(match.group(1)) if match else OUTPUT_RATE
 
 
-# --- effects: what the caller acts on -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CallAnnounced:
-    """A tool call was shown. `client`: the client answers it (a browser tool, or a long-running
-    tool whose result comes later); the caller's approval book decides what follows."""
-
-    tool_call_id: str
-    tool_name: str
-    input: Any
-    client: bool
-
-
-@dataclass(frozen=True, slots=True)
-class NeedsApproval:
-    """ADK asks to confirm a server tool's call (`confirmation_id`: its confirmation call)."""
-
-    tool_call_id: str
-    tool_name: str
-    confirmation_id: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class SignInRequested:
-    """ADK asks the user to sign in for a tool: `tool_call_id` is ADK's `adk_request_credential`
-    call, `for_call_id` the tool's own call, `auth_config` what ADK asks for (the caller shows it
-    with `MessageConverter.sign_in`)."""
-
-    tool_call_id: str
-    for_call_id: str
-    auth_config: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class ArtifactSaved:
-    """A tool saved an artifact version (the caller shows it with `MessageConverter.file`)."""
-
-    name: str
-    version: int
-
-
-Effect = CallAnnounced | NeedsApproval | SignInRequested | ArtifactSaved
 
 
 @dataclass(slots=True)

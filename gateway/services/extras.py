@@ -14,7 +14,7 @@ import time
 
 import structlog
 
-from adk_gateway.core.converter import ArtifactSaved, SignInRequested
+from adk_gateway.core.effects import ArtifactSaved, SignInRequested
 from adk_gateway.core.kinds import CREDENTIAL_TOOL
 from adk_gateway.services.artifacts import ArtifactLinks
 from adk_gateway.services.signin import SignIns

@@ -57,7 +57,8 @@ from adk_gateway.agents.adk import AgentHost
 from adk_gateway.agents.tools import APPROVALS_STATE_KEY
 from adk_gateway.core import chunks as c
 from adk_gateway.core.approval import ENDED_TEXT, TIMEOUT_TEXT, ApprovalRefused, LiveApproval, ToolNotice
-from adk_gateway.core.converter import CallAnnounced, MessageConverter, Mode, map_finish_reason, raised_in_agent
+from adk_gateway.core.converter import MessageConverter, Mode, map_finish_reason, raised_in_agent
+from adk_gateway.core.effects import CallAnnounced
 from adk_gateway.core.errors import ApprovalInvalid
 from adk_gateway.core.events import AgentEvent
 from adk_gateway.core.pacing import Pacer

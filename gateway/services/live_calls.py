@@ -41,7 +41,7 @@ from adk_gateway.core.approval import (
     ToolNotice,
     ToolPolicy,
 )
-from adk_gateway.core.converter import CallAnnounced
+from adk_gateway.core.effects import CallAnnounced
 from adk_gateway.core.events import AgentEvent, FunctionCall
 from adk_gateway.core.kinds import ToolKind
 from adk_gateway.metrics import Metrics

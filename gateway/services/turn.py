@@ -29,16 +29,8 @@ from adk_gateway.agents.adk import AgentHost, ModelCallsExhausted
 from adk_gateway.agents.tools import APPROVALS_STATE_KEY
 from adk_gateway.core.approval import ToolPolicy
 from adk_gateway.core.chunks import Chunk
-from adk_gateway.core.converter import (
-    AGENT_FAILED,
-    ArtifactSaved,
-    CallAnnounced,
-    Effect,
-    MessageConverter,
-    NeedsApproval,
-    SignInRequested,
-    raised_in_agent,
-)
+from adk_gateway.core.converter import AGENT_FAILED, MessageConverter, raised_in_agent
+from adk_gateway.core.effects import ArtifactSaved, CallAnnounced, Effect, NeedsApproval, SignInRequested
 from adk_gateway.core.errors import GatewayError, ModelTimedOut
 from adk_gateway.core.events import AgentEvent
 from adk_gateway.core.pacing import Pacer

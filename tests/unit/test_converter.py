@@ -29,15 +29,14 @@ from adk_gateway.core.approval import (
 )
 from adk_gateway.core.converter import (
     MAX_ERROR_TEXT,
-    CallAnnounced,
     ConversionResult,
     MessageConverter,
-    NeedsApproval,
     map_finish_reason,
     message_replay_chunks,
     result_outcome,
     safe_error_text,
 )
+from adk_gateway.core.effects import CallAnnounced, NeedsApproval
 from adk_gateway.core.kinds import CONFIRMATION_TOOL, PLACEHOLDER_ERROR, ToolKind
 
 AGENT = "demo_agent"

@@ -15,14 +15,8 @@ from adk_gateway.agents.events import agent_event
 from adk_gateway.core import chunks as c
 from adk_gateway.core import events as ev
 from adk_gateway.core.approval import CallState
-from adk_gateway.core.converter import (
-    SIGN_IN_FAILED,
-    ArtifactSaved,
-    CallAnnounced,
-    MessageConverter,
-    Mode,
-    SignInRequested,
-)
+from adk_gateway.core.converter import SIGN_IN_FAILED, MessageConverter, Mode
+from adk_gateway.core.effects import ArtifactSaved, CallAnnounced, SignInRequested
 from adk_gateway.core.kinds import CREDENTIAL_TOOL, ToolKind
 from tests.unit.test_writer import check_message
 

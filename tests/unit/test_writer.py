@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from adk_gateway.core import chunks as c
 from adk_gateway.core import events as ev
 from adk_gateway.core.approval import REJECTED_TEXT, interrupt_result
-from adk_gateway.core.converter import CallAnnounced, MessageConverter, Mode
+from adk_gateway.core.converter import MessageConverter, Mode
+from adk_gateway.core.effects import CallAnnounced
 from adk_gateway.core.kinds import ToolKind
 from adk_gateway.core.writer import MessageWriter
 
