@@ -62,6 +62,7 @@ from opentelemetry import trace
 
 from adk_gateway.agents.artifacts import BoundedArtifactService, part_bytes
 from adk_gateway.agents.events import agent_event
+from adk_gateway.agents.held_events import HoldingSessionService
 from adk_gateway.agents.inference_scope import keep_call_summary
 from adk_gateway.agents.legacy_names import install_legacy_names
 from adk_gateway.agents.live import LiveChannel, live_run_config
@@ -580,9 +581,11 @@ class AgentHost:
         self.artifacts = artifact_service if artifact_service is not None else BoundedArtifactService()
         self.bounds = Bounds()
         bounds_plugin = BoundsPlugin(self.bounds)
-        # The store as configured, and the same store with every call bounded (what everyone uses).
+        # The store as configured; the same store with every call bounded; and that with a turn's
+        # latest event held for the turn's record (what everyone uses: `HoldingSessionService`).
         self.store = session_service
-        self.session_service: GuardedSessionService = GuardedSessionService(session_service)
+        self.guarded = GuardedSessionService(session_service)
+        self.session_service = HoldingSessionService(self.guarded)
         if isinstance(agent, App):
             app = agent.model_copy(update={"plugins": [bounds_plugin, pacing, *agent.plugins, plugin]})
             if not isinstance(app.root_agent, BaseAgent):
@@ -659,8 +662,8 @@ class AgentHost:
         self.bounds.fired = lambda kind: timeouts.labels(kind=kind).inc()
         # `memory://` (this process's own store, which never waits on anything) is not bounded:
         # a timer per call would cost a turn five of them for nothing.
-        self.session_service.timeout_s = 0.0 if type(self.store) is MemorySessionService else store_timeout_s
-        self.session_service.timed_out = lambda _operation: timeouts.labels(kind="store").inc()
+        self.guarded.timeout_s = 0.0 if type(self.store) is MemorySessionService else store_timeout_s
+        self.guarded.timed_out = lambda _operation: timeouts.labels(kind="store").inc()
         if isinstance(self.store, MemorySessionService):
             evictions = self.metrics.memory_evictions
             self.store.evicted = lambda reason: evictions.labels(reason=reason).inc()
@@ -710,7 +713,12 @@ class AgentHost:
     async def save_state(self, user_id: str, chat_id: str, delta: dict[str, Any], *,
                          record: Mapping[str, Any] | None = None, invocation_id: str | None = None) -> None:
         """Applies a state delta to the chat's session; `record`: what the chat service keeps
-        of the chat with it (its messages, approvals: see `records`), under `invocation_id`."""
+        of the chat with it (its messages, approvals: see `records`), under `invocation_id`. In a
+        held turn (`holding`) both ride on the turn's latest event when it is of `invocation_id`."""
+        metadata = {RECORD_KEY: dict(record)} if record else {}
+        if await self.session_service.release(self.app_name, user_id, chat_id, invocation_id=invocation_id,
+                                              state_delta=delta, custom_metadata=metadata):
+            return
         session = await self.get_session(user_id, chat_id, events=False)
         if session is None:
             session = await self.create_session(user_id, chat_id)
@@ -719,9 +727,14 @@ class AgentHost:
             author="user",
             actions=EventActions(state_delta=delta),
             timestamp=time.time(),
-            custom_metadata={RECORD_KEY: dict(record)} if record else None,
+            custom_metadata=metadata or None,
         )
-        await self.session_service.append_event(session, event)
+        await self.session_service.append_now(session, event)
+
+    def holding(self, user_id: str, chat_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """A chat turn's block: the run's latest event is held back for the turn's record (see
+        `adk_gateway.agents.held_events`)."""
+        return self.session_service.hold(self.app_name, user_id, chat_id)
 
     async def records(self, user_id: str, chat_id: str) -> list[Record] | None:
         """What the chat service recorded in the chat's session, in order, and its rewinds (see
@@ -779,7 +792,7 @@ class AgentHost:
             append_history_in_memory(self.store, session, events)
             return
         for event in events:
-            await self.session_service.append_event(session, event)
+            await self.session_service.append_now(session, event)
             await pacer.step()
 
     # --- runs ----------------------------------------------------------------------------------
@@ -870,7 +883,7 @@ class AgentHost:
             content=turn_content(replies),
             timestamp=time.time(),
         )
-        await self.session_service.append_event(session, event)
+        await self.session_service.append_now(session, event)
 
     # --- live runs -----------------------------------------------------------------------------
 

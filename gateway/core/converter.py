@@ -448,6 +448,10 @@ class MessageConverter:
         self._writer.error(safe_error_text(text), final=self.mode is Mode.CHAT if final is None else final)
         return self._take()
 
+    def unsend_end(self) -> None:
+        """The chunks that ended the message will not be sent (see `MessageWriter.unsend_end`)."""
+        self._writer.unsend_end()
+
     def abort(self, reason: str | None = None) -> list[c.Chunk]:
         """Ends a message that was stopped with `abort`."""
         self._write_deferred()

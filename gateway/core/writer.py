@@ -132,6 +132,11 @@ class MessageWriter:
         self.ended = True
         self._emit(c.Finish(finishReason=reason, messageMetadata=metadata))
 
+    def unsend_end(self) -> None:
+        """The message's end (`finish`) was written but will not be sent (saving what it ends
+        failed): the message is open again, for the `error` that tells of the failure."""
+        self.ended = self.errored = False
+
     def error(self, text: str, *, final: bool = True) -> None:
         """An `error` chunk, after closing the open parts. `final`: it ends the message (a chat
         response); otherwise the message goes on and still ends with `finish` (a live turn)."""

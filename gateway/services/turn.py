@@ -113,7 +113,12 @@ class ChatTurn:
         elif quietly:
             await self._save_quietly()
         else:
-            await self._save()
+            try:
+                await self._save()
+            except Exception:
+                # Not stored, so not sent: the failure's `error` chunk ends the message instead.
+                self.converter.unsend_end()
+                raise
         for wire in wires:
             self.run.log.append(wire)
 
@@ -127,8 +132,25 @@ class ChatTurn:
 
     async def execute(self) -> None:
         """Runs the planned turn (`begin` has logged its first chunks)."""
-        host, plan, converter, ctx, chat_id = self.host, self.plan, self.converter, self.ctx, self.chat_id
+        host = self.host
         started = time.monotonic()
+        try:
+            # The run's latest event waits for the turn's record, which rides on it (one event less
+            # a turn: `adk_gateway.agents.held_events`).
+            async with host.holding(self.ctx.user_id, self.chat_id):
+                await self._execute()
+        finally:
+            if self.converter.errored and self.outcome == "ok":
+                self.outcome = "model_error"
+            self.run.log.close()
+            # One line per run: who, which chat, how it ended, how long it took and the tokens it
+            # used (never the prompt).
+            log.info("run_finished", user_id=self.ctx.user_id, chat_id=self.chat_id, app=host.app_name,
+                     outcome=self.outcome, duration_ms=round((time.monotonic() - started) * 1000, 1),
+                     detached=self.run.detached, usage=self.converter.usage)
+
+    async def _execute(self) -> None:
+        host, plan, converter, ctx, chat_id = self.host, self.plan, self.converter, self.ctx, self.chat_id
         try:
             for call_id in plan.awaiting_client:
                 converter.await_client(call_id)
@@ -165,15 +187,6 @@ class ChatTurn:
                 text = known.message
                 log.warning("run_failed", chat_id=chat_id, code=known.error_code, detail=known.detail)
             await self._end(converter.error(text), quietly=True)
-        finally:
-            if converter.errored and self.outcome == "ok":
-                self.outcome = "model_error"
-            self.run.log.close()
-            # One line per run: who, which chat, how it ended, how long it took and the tokens it
-            # used (never the prompt).
-            log.info("run_finished", user_id=ctx.user_id, chat_id=chat_id, app=host.app_name,
-                     outcome=self.outcome, duration_ms=round((time.monotonic() - started) * 1000, 1),
-                     detached=self.run.detached, usage=converter.usage)
 
     async def _run_agent(self, new_message: Any) -> None:
         # ADK hands over the events a model yields without waiting in between: a model that does

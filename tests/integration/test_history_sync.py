@@ -14,10 +14,10 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from adk_gateway.agents.adk import AgentHost
-from adk_gateway.keys import HOST
+from adk_gateway.keys import HOST, REGISTRY
 
 from .conftest import StartGateway
-from .support import Conversation, chat_body, post_chat, settings, user_message
+from .support import Conversation, LiveStream, chat_body, post_chat, settings, user_message, wait_for
 
 
 class ImportLog:
@@ -229,19 +229,47 @@ async def test_the_model_always_sees_the_posted_history(gateway: StartGateway, e
 
 
 async def test_a_plain_turn_adds_adks_own_events_and_one_record(gateway: StartGateway) -> None:
-    """The plan's state rides on the run's first event; after the run one event records the
-    turn (the book, and the messages as the client holds them: what `GET /api/chats/{id}` gives)."""
+    """The plan's state rides on the run's first event; the turn's record (the book, and the
+    messages as the client holds them: what `GET /api/chats/{id}` gives) rides on its last: a turn
+    adds ADK's own events and no other (each event costs every later turn of the chat)."""
     client, _ = await start(gateway)
     chat = Conversation(client)
     await chat.send("/echo one")
     session = await client.app[HOST].get_session("anonymous", chat.chat_id)
     assert session is not None
-    assert [(e.author, bool(e.content)) for e in session.events] == [("user", True), ("demo_agent", True),
-                                                                     ("user", False)]
+    assert [(e.author, bool(e.content)) for e in session.events] == [("user", True), ("demo_agent", True)]
     recorded = session.events[-1].custom_metadata["adk_gateway"]["messages"]
     assert [m["role"] for m in recorded] == ["user", "assistant"] and recorded[0] == chat.messages[0]
-    # An approval asked in a turn is saved after the run.
+    assert session.events[-1].actions.state_delta["gateway:turn"] == session.state["gateway:turn"]
+    # An approval asked in a turn is saved with the run's last event, before the client is asked.
     await chat.send('/tool process_payment {"amount": 5, "recipient": "bob"}')
     session = await client.app[HOST].get_session("anonymous", chat.chat_id)
-    assert session is not None and session.events[-1].content is None  # the book's save
+    assert session is not None and all(e.content is not None for e in session.events)
+    assert "adk_gateway" in (session.events[-1].custom_metadata or {})
     assert session.state["gateway:approvals"]["calls"][0]["state"] == "approval-requested"
+
+
+async def test_a_stopped_turn_keeps_its_events_and_its_record(gateway: StartGateway) -> None:
+    """A stop lands while the run's latest event is held: it is stored with the stopped turn's
+    record, and the chat loads with what the client was sent."""
+    client, _ = await start(gateway)
+    chat = Conversation(client)
+    await chat.send("/echo before")
+    stream = await LiveStream.open(client, chat_body(chat.chat_id, [*chat.messages, user_message("/stream 400 20")]))
+    await stream.take(4)
+    async with client.post(f"/api/chat/{chat.chat_id}/stop", json={}) as response:
+        assert await response.json() == {"stopped": True}
+    reply = await stream.rest()
+    assert reply.types[-1] == "abort"
+    await wait_for(lambda: client.app[REGISTRY].counts()["runs"] == 0, what="the run to end")
+    session = await client.app[HOST].get_session("anonymous", chat.chat_id)
+    assert session is not None
+    assert [(e.author, bool(e.content)) for e in session.events] == [
+        ("user", True), ("demo_agent", True), ("user", True)]
+    assert "adk_gateway" in (session.events[-1].custom_metadata or {})
+    async with client.get(f"/api/chats/{chat.chat_id}") as response:
+        loaded = (await response.json())["messages"]
+    assert [m["role"] for m in loaded] == ["user", "assistant", "user", "assistant"]
+    assert loaded[2]["parts"][0]["text"] == "/stream 400 20"
+    streamed = "".join(c["delta"] for c in reply.of_type("text-delta"))
+    assert "".join(p.get("text", "") for p in loaded[3]["parts"]) == streamed

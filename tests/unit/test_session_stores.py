@@ -69,7 +69,7 @@ def test_only_the_gateways_own_memory_store_goes_unbounded(store: Any, bound: fl
     a subclass of one that may do I/O) keeps `--store-timeout-s`."""
     host = AgentHost(counting_agent(ToolLog()), store, max_llm_calls=5)
     host.configure(store_timeout_s=10.0)
-    assert host.session_service.timeout_s == bound
+    assert host.guarded.timeout_s == bound
 
 
 # --- history import ---------------------------------------------------------------------------------

@@ -150,6 +150,20 @@ def test_a_final_error_closes_the_parts_but_keeps_the_step() -> None:
     assert w.errored
 
 
+def test_a_finish_that_is_not_sent_gives_way_to_an_error() -> None:
+    """The chat's record could not be saved: the `finish` written for it is not sent, and the
+    message ends with the failure's `error` instead."""
+    w, out = writer()
+    w.text("answer")
+    w.finish("stop")
+    sent = [x for x in wires(out) if x["type"] not in ("finish-step", "finish")]
+    w.unsend_end()
+    w.error("store down")
+    assert w.ended and w.errored
+    assert [x["type"] for x in wires(out)][-1] == "error"
+    assert [x["type"] for x in sent][-1] == "text-end"
+
+
 def test_an_error_that_is_not_final_leaves_the_message_open() -> None:
     w, out = writer()
     w.text("partial")
