@@ -37,7 +37,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,7 +75,7 @@ from adk_gateway.core.events import AgentEvent
 from adk_gateway.core.kinds import CONFIRMATION_TOOL, ToolInfo, ToolKind
 from adk_gateway.core.pacing import Pacer
 from adk_gateway.core.requests import ToolPart, UIMessage
-from adk_gateway.core.transcript import Record
+from adk_gateway.core.transcript import Record, Transcript
 from adk_gateway.metrics import Metrics
 
 __all__ = [
@@ -560,6 +560,30 @@ def telemetry_config() -> TelemetryConfig | None:
     return _UNTRACED
 
 
+# How many chats' transcripts an app keeps between turns (`AgentHost.transcript`).
+TRANSCRIPTS_KEPT: Final = 1000
+
+
+def records_of(events: Iterable[Event]) -> Iterator[Record]:
+    """What the chat service recorded on these events, and their rewinds, in order."""
+    for event in events:
+        metadata = event.custom_metadata
+        if metadata is not None and RECORD_KEY in metadata:
+            recorded = metadata[RECORD_KEY]
+            yield Record(event.invocation_id, tuple(recorded.get("messages") or ()),
+                         approvals=tuple(recorded.get("approvals") or ()))
+        rewound = event.actions.rewind_before_invocation_id if event.actions is not None else None
+        if rewound:
+            yield Record(event.invocation_id, rewound_to=rewound)
+
+
+@dataclass(slots=True)
+class _KeptTranscript:
+    transcript: Transcript
+    seen: int  # the session's events it was built from
+    last_id: str  # the last of them
+
+
 class AgentHost:
     """One app's ADK runner, and the session store (shared by every app of the process).
 
@@ -601,6 +625,7 @@ class AgentHost:
                                  artifact_service=self.artifacts, plugins=[bounds_plugin, pacing, plugin])
         self.max_llm_calls = max_llm_calls
         self._run_configs: dict[bool, RunConfig] = {}
+        self._transcripts: dict[ChatKey, _KeptTranscript] = {}  # the chats read last at the end
         # ADK imports its A2A agent lazily on every run (a failed import is retried each time):
         # importing it here moves the third of a second it takes from the first chat to start-up.
         with contextlib.suppress(ImportError):
@@ -704,6 +729,7 @@ class AgentHost:
 
     async def reset_session(self, user_id: str, chat_id: str, *, exists: bool | None = None) -> Session:
         """A new, empty session for the chat (the old one, if any, is deleted)."""
+        self._transcripts.pop((user_id, chat_id), None)
         if exists is None:
             exists = await self.get_session(user_id, chat_id, events=False) is not None
         if exists:
@@ -742,17 +768,35 @@ class AgentHost:
         session = await self.get_session(user_id, chat_id)
         if session is None:
             return None
-        found: list[Record] = []
-        for event in session.events:
-            metadata = event.custom_metadata
-            if metadata is not None and RECORD_KEY in metadata:
-                recorded = metadata[RECORD_KEY]
-                found.append(Record(event.invocation_id, tuple(recorded.get("messages") or ()),
-                                    approvals=tuple(recorded.get("approvals") or ())))
-            rewound = event.actions.rewind_before_invocation_id if event.actions is not None else None
-            if rewound:
-                found.append(Record(event.invocation_id, rewound_to=rewound))
-        return found
+        return list(records_of(session.events))
+
+    async def transcript(self, user_id: str, chat_id: str) -> Transcript | None:
+        """The chat's messages rebuilt from its records (None: no such chat), for reading only.
+
+        A last-message turn reads it on every turn: the transcript is kept between calls (the
+        chats read last, `TRANSCRIPTS_KEPT` of them) and brought up to date from the events
+        added since, so a turn does not fold the whole chat again. A kept one is used only while
+        the session still starts with the events it was built from (the last one it saw is where
+        it was); anything else (a chat deleted and made again, an event stored out of order)
+        rebuilds it."""
+        key = (user_id, chat_id)
+        session = await self.get_session(user_id, chat_id)
+        if session is None:
+            self._transcripts.pop(key, None)
+            return None
+        events = session.events
+        kept = self._transcripts.pop(key, None)
+        if kept is not None and 0 < kept.seen <= len(events) and events[kept.seen - 1].id == kept.last_id:
+            transcript, start = kept.transcript, kept.seen
+        else:
+            transcript, start = Transcript(), 0
+        for record in records_of(events[start:]):
+            transcript.add(record)
+        if events:
+            self._transcripts[key] = _KeptTranscript(transcript, len(events), events[-1].id)
+            while len(self._transcripts) > TRANSCRIPTS_KEPT:
+                self._transcripts.pop(next(iter(self._transcripts)))
+        return transcript
 
     async def rewind(self, user_id: str, chat_id: str, invocation_id: str) -> None:
         """Rewinds the chat's session to before `invocation_id` (ADK's own rewind: later turns are
@@ -766,6 +810,7 @@ class AgentHost:
 
     async def delete_chat(self, user_id: str, chat_id: str) -> None:
         """The chat's session and the artifacts it saved are gone."""
+        self._transcripts.pop((user_id, chat_id), None)
         for name in await self.artifacts.list_artifact_keys(app_name=self.app_name, user_id=user_id,
                                                             session_id=chat_id):
             if not name.startswith("user:"):  # the user's own artifacts outlive a chat

@@ -316,6 +316,11 @@ class Transcript:
     def messages(self) -> list[Mapping[str, Any]]:
         return [message for _, message in self._kept]
 
+    @property
+    def last(self) -> Mapping[str, Any] | None:
+        """The chat's last message (None: no message)."""
+        return self._kept[-1][1] if self._kept else None
+
     def invocation_of(self, message_id: str) -> str | None:
         """The invocation that first recorded the message (what a rewind to before it names)."""
         index = self._at.get(message_id)

@@ -187,11 +187,10 @@ class TurnPlanner:
         the chat's last answer (a continuation), or names a message to run again (a regenerate, or
         an edit: `messageId` names it), for which the session is first rewound to before it
         (ADK's rewind, which also undoes the state changes since). Anything else is refused."""
-        records = await host.records(ctx.user_id, request.id)
-        transcript = Transcript.of(records or ())
-        messages = transcript.messages
+        transcript = await host.transcript(ctx.user_id, request.id) or Transcript()
         if last.role == "assistant":
-            if not messages or messages[-1].get("id") != last.id:
+            latest = transcript.last
+            if latest is None or latest.get("id") != last.id:
                 raise ContinuationRefused("Only the chat's last answer can be continued.")
             return
         invocation = transcript.invocation_of(last.id)
