@@ -27,7 +27,7 @@
 import { mkdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { launchChromium } from './browser.mjs';
+import { launchChromium, screenshotter, runAndReport } from './browser.mjs';
 
 const config = JSON.parse(process.argv[2] ?? '{}');
 const BASE_URL = String(config.url ?? 'http://127.0.0.1:8080').replace(/\/$/, '');
@@ -182,11 +182,7 @@ async function useTransport(page, kind) {
   await page.locator('[data-testid="message"]').first().waitFor({ state: 'detached', timeout: STEP_TIMEOUT_MS });
 }
 
-async function screenshot(page, name) {
-  const file = path.join(SCREENSHOT_DIR, `${name}.png`);
-  await page.screenshot({ path: file, fullPage: false });
-  result.screenshots.push(file);
-}
+const screenshot = screenshotter(SCREENSHOT_DIR, result);
 
 async function scenario(page) {
   const bearer = `Bearer ${TOKEN}`;
@@ -325,15 +321,12 @@ async function main() {
   }
 }
 
-try {
-  await main();
-} catch (error) {
-  fail(`driver: ${error.stack ?? error}`);
-}
-result.seconds = (Date.now() - started) / 1000;
-result.unauthorized = seen.unauthorized;
-result.pageOrigin = PAGE_ORIGIN;
-result.apiOrigins = [...seen.apiOrigins];
-result.ok = failures.length === 0;
-process.stdout.write(`${JSON.stringify(result)}\n`);
-process.exitCode = result.ok ? 0 : 1;
+await runAndReport(main, result, {
+  fail,
+  started,
+  finish: () => {
+    result.unauthorized = seen.unauthorized;
+    result.pageOrigin = PAGE_ORIGIN;
+    result.apiOrigins = [...seen.apiOrigins];
+  },
+});

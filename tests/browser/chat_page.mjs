@@ -21,7 +21,7 @@
 import { mkdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { launchChromium } from './browser.mjs';
+import { launchChromium, messages, status, screenshotter, textOf, waitForText as waitForMessageText, runAndReport, send as sendText } from './browser.mjs';
 
 const config = JSON.parse(process.argv[2] ?? '{}');
 const BASE_URL = String(config.url ?? 'http://127.0.0.1:8080').replace(/\/$/, '');
@@ -114,51 +114,17 @@ function watch(page) {
 
 // --- the page ----------------------------------------------------------------------------------
 
-const messages = page => page.locator('[data-testid="message"]');
-const status = (page, value) => page.locator(`[data-testid="status"][data-status="${value}"]`);
+const screenshot = screenshotter(SCREENSHOT_DIR, result);
 
-async function screenshot(page, name, options = {}) {
-  const file = path.join(SCREENSHOT_DIR, `${name}.png`);
-  await page.screenshot({ path: file, ...options });
-  result.screenshots.push(file);
-}
+/** `waitForText` of browser.mjs, with this script's step timeout. */
+const waitForText = (page, index, pattern, label, options = {}) =>
+  waitForMessageText(page, index, pattern, label, { timeout: STEP_TIMEOUT_MS, ...options });
 
-/** The joined text parts of message `index`. */
-async function textOf(page, index) {
-  return (await messages(page).nth(index).locator('[data-testid="text-part"]').allTextContents()).join('');
-}
-
-/**
- * Waits until the text of message `index` matches `pattern` and (unless `streaming`) no text part
- * of it is still streaming; returns that text.
- */
-async function waitForText(page, index, pattern, label, { streaming = false } = {}) {
-  try {
-    await page.waitForFunction(
-      ({ index, source, streaming }) => {
-        const message = document.querySelectorAll('[data-testid="message"]')[index];
-        const parts = [...(message?.querySelectorAll('[data-testid="text-part"]') ?? [])];
-        const done = streaming || parts.every(part => part.dataset.state !== 'streaming');
-        return done && new RegExp(source).test(parts.map(n => n.textContent).join(''));
-      },
-      { index, source: pattern.source, streaming },
-      { timeout: STEP_TIMEOUT_MS },
-    );
-  } catch (error) {
-    throw new Error(`${label}: message ${index} reads ${JSON.stringify(await textOf(page, index))}, expected ${pattern} (${error.message})`);
-  }
-  return textOf(page, index);
-}
-
-/** Types `text` and sends it with Enter; returns the index of the answer's message. */
+/** `send` of browser.mjs; the message sent must show as the user's. */
 async function send(page, text) {
-  await status(page, 'ready').waitFor();
-  const before = await messages(page).count();
-  await page.getByTestId('input').fill(text);
-  await page.getByTestId('input').press('Enter');
-  await messages(page).nth(before + 1).waitFor();
-  if ((await messages(page).nth(before).getAttribute('data-role')) !== 'user') throw new Error('no user message');
-  return before + 1;
+  const answer = await sendText(page, text);
+  if ((await messages(page).nth(answer - 1).getAttribute('data-role')) !== 'user') throw new Error('no user message');
+  return answer;
 }
 
 /** After a turn: ready, no error shown, `count` messages. */
@@ -678,12 +644,4 @@ async function main() {
   }
 }
 
-try {
-  await main();
-} catch (error) {
-  fail(`driver: ${error.stack ?? error}`);
-}
-result.seconds = (Date.now() - started) / 1000;
-result.ok = failures.length === 0;
-process.stdout.write(`${JSON.stringify(result)}\n`);
-process.exitCode = result.ok ? 0 : 1;
+await runAndReport(main, result, { fail, started });

@@ -28,7 +28,7 @@
 import { mkdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { launchChromium } from './browser.mjs';
+import { launchChromium, messages, status, chatIdOf, screenshotter, textOf, waitForText as waitForMessageText, runAndReport, send } from './browser.mjs';
 
 const config = JSON.parse(process.argv[2] ?? '{}');
 const BASE_URL = String(config.url ?? 'http://127.0.0.1:8080').replace(/\/$/, '');
@@ -97,50 +97,15 @@ function watch(page, name) {
 
 // --- the page ----------------------------------------------------------------------------------
 
-const messages = page => page.locator('[data-testid="message"]');
-const status = (page, value) => page.locator(`[data-testid="status"][data-status="${value}"]`);
-const chatIdOf = page => new URL(page.url()).searchParams.get('chat');
 const item = (page, chatId) => page.locator(`[data-testid="chat-item"][data-chat-id="${chatId}"]`);
 const toolPart = (page, index, name) =>
   messages(page).nth(index).locator(`[data-testid="tool-part"][data-tool-name="${name}"]`);
 
-async function screenshot(page, name) {
-  const file = path.join(SCREENSHOT_DIR, `${name}.png`);
-  await page.screenshot({ path: file });
-  result.screenshots.push(file);
-}
+const screenshot = screenshotter(SCREENSHOT_DIR, result);
 
-async function textOf(page, index) {
-  return (await messages(page).nth(index).locator('[data-testid="text-part"]').allTextContents()).join('');
-}
-
-/** Waits until the text of message `index` matches `pattern`, no part of it still streaming. */
-async function waitForText(page, index, pattern, label) {
-  try {
-    await page.waitForFunction(
-      ({ index, source }) => {
-        const message = document.querySelectorAll('[data-testid="message"]')[index];
-        const parts = [...(message?.querySelectorAll('[data-testid="text-part"]') ?? [])];
-        return parts.every(part => part.dataset.state !== 'streaming') && new RegExp(source).test(parts.map(n => n.textContent).join(''));
-      },
-      { index, source: pattern.source },
-      { timeout: STEP_TIMEOUT_MS },
-    );
-  } catch (error) {
-    throw new Error(`${label}: message ${index} reads ${JSON.stringify(await textOf(page, index))}, expected ${pattern} (${error.message})`);
-  }
-  return textOf(page, index);
-}
-
-/** Types `text` and sends it with Enter; returns the index of the answer's message. */
-async function send(page, text) {
-  await status(page, 'ready').waitFor();
-  const before = await messages(page).count();
-  await page.getByTestId('input').fill(text);
-  await page.getByTestId('input').press('Enter');
-  await messages(page).nth(before + 1).waitFor();
-  return before + 1;
-}
+/** `waitForText` of browser.mjs, with this script's step timeout. */
+const waitForText = (page, index, pattern, label, options = {}) =>
+  waitForMessageText(page, index, pattern, label, { timeout: STEP_TIMEOUT_MS, ...options });
 
 /** After a turn: ready, `count` messages, no error shown. */
 async function settled(page, count, label) {
@@ -444,12 +409,4 @@ async function main() {
   }
 }
 
-try {
-  await main();
-} catch (error) {
-  fail(`driver: ${error.stack ?? error}`);
-}
-result.seconds = (Date.now() - started) / 1000;
-result.ok = failures.length === 0;
-process.stdout.write(`${JSON.stringify(result)}\n`);
-process.exitCode = result.ok ? 0 : 1;
+await runAndReport(main, result, { fail, started });

@@ -13,9 +13,12 @@ import os
 import shutil
 import struct
 import subprocess
+import urllib.request
 import wave
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import pytest
 
 from tests.node_script import run_node_script
 
@@ -23,6 +26,29 @@ BROWSER_DIR = Path(__file__).resolve().parent
 ARTIFACTS = BROWSER_DIR / "artifacts"
 CHROMIUM = os.environ.get("ADK_GATEWAY_CHROMIUM", "/usr/bin/chromium")
 RUN_TIMEOUT_S = 240
+
+RunT = TypeVar("RunT", bound="PageRun")
+
+
+class PageRun:
+    """The report of one page script's run: its JSON result, its stderr and its exit status."""
+
+    def __init__(self, result: dict[str, Any], stderr: str, returncode: int) -> None:
+        self.result = result
+        self.stderr = stderr
+        self.returncode = returncode
+
+    def report(self, *keys: str) -> str:
+        shown = {k: self.result.get(k) for k in (*keys, "failures")}
+        return f"{json.dumps(shown, indent=1, ensure_ascii=False)}\nstderr:\n{self.stderr[-6000:]}"
+
+    def section(self, *path: str) -> Any:
+        value: Any = self.result
+        for key in path:
+            if not isinstance(value, dict) or key not in value:
+                pytest.fail(f"the page run did not get to {'/'.join(path)}:\n{self.report()}", pytrace=False)
+            value = value[key]
+        return value
 
 
 def setup_problem() -> str | None:
@@ -70,3 +96,22 @@ def run_page_script(
         timeout=RUN_TIMEOUT_S,
         stderr_chars=6000,
     )
+
+
+def run_page(script: str, name: str, config: dict[str, Any], workdir: Path, *, served_from: str | None = None,
+             report_as: type[RunT] = PageRun) -> RunT:  # type: ignore[assignment]  # (mypy#3737)
+    """Runs a page script (`run_page_script`) once the set-up is there (else the test fails saying
+    what is missing) and, with `served_from`, once that gateway is seen to serve the built page;
+    prints the screenshots' paths and returns the run's report (as `report_as`)."""
+    problem = setup_problem()
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
+    if served_from is not None:
+        with urllib.request.urlopen(f"{served_from}/", timeout=5) as response:
+            page = response.read().decode()
+        assert "/static/assets/" in page, \
+            "the gateway does not serve the built chat page: run `make web` (builds web/dist)"
+    result, proc = run_page_script(script, name, config, workdir)
+    for path in result.get("screenshots", []):
+        print(f"screenshot: {path}")
+    return report_as(result, proc.stderr, proc.returncode)

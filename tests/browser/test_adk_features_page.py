@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.browser.page_driver import run_page_script, setup_problem
+from tests.browser.page_driver import PageRun, run_page
 from tests.gateway_process import ROOT, running_gateway
 from tests.oauth_server import OAuthServer, running_oauth_server
 
@@ -39,27 +37,6 @@ FEATURE_APPS = {"grounding": "grounding_app", "artifacts": "artifacts_app", "tra
                 "sign_in_cancelled": "sign_in_app"}
 LONG_RUNNING_DONE = "Done: $250.00 reimbursed for a team dinner."
 CALENDAR_ANSWER = "You have 2 events today: Standup at 09:00, Design review at 14:00."
-
-
-class PageRun:
-    """The report of one adk_features_page.mjs run."""
-
-    def __init__(self, result: dict[str, Any], stderr: str, returncode: int) -> None:
-        self.result = result
-        self.stderr = stderr
-        self.returncode = returncode
-
-    def report(self, *keys: str) -> str:
-        shown = {k: self.result.get(k) for k in (*keys, "failures")}
-        return f"{json.dumps(shown, indent=1, ensure_ascii=False)}\nstderr:\n{self.stderr[-6000:]}"
-
-    def section(self, *path: str) -> Any:
-        value: Any = self.result
-        for key in path:
-            if not isinstance(value, dict) or key not in value:
-                pytest.fail(f"the page run did not get to {'/'.join(path)}:\n{self.report()}", pytrace=False)
-            value = value[key]
-        return value
 
 
 @pytest.fixture(scope="module")
@@ -79,19 +56,9 @@ def apps_gateway_url(tmp_path_factory: pytest.TempPathFactory, oauth: OAuthServe
 
 @pytest.fixture(scope="module")
 def page_run(apps_gateway_url: str, oauth: OAuthServer, tmp_path_factory: pytest.TempPathFactory) -> PageRun:
-    problem = setup_problem()
-    if problem is not None:
-        pytest.fail(problem, pytrace=False)
-    with urllib.request.urlopen(f"{apps_gateway_url}/", timeout=5) as response:
-        page = response.read().decode()
-    assert "/static/assets/" in page, "the gateway does not serve the built chat page: run `make web` (builds web/dist)"
-
     workdir = tmp_path_factory.mktemp("adk-features-page")
     config = {"url": apps_gateway_url, "oauthUrl": oauth.url}
-    result, proc = run_page_script("adk_features_page.mjs", "adk-features", config, workdir)
-    for path in result.get("screenshots", []):
-        print(f"screenshot: {path}")
-    return PageRun(result, proc.stderr, proc.returncode)
+    return run_page("adk_features_page.mjs", "adk-features", config, workdir, served_from=apps_gateway_url)
 
 
 def test_the_run_is_clean(page_run: PageRun) -> None:

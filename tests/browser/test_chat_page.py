@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.browser.page_driver import run_page_script, setup_problem, write_voice_wav
+from tests.browser.page_driver import PageRun, run_page, write_voice_wav
 
 # One run of the page script serves every test here; under load it may take a few minutes.
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -32,43 +30,12 @@ POSITION = {"latitude": 48.8566, "longitude": 2.3522, "accuracy": 12}
 PAYMENT_OUTPUT_KEYS = {"amount", "recipient", "status", "transaction_id"}
 
 
-class PageRun:
-    """The report of one chat_page.mjs run."""
-
-    def __init__(self, result: dict[str, Any], stderr: str, returncode: int) -> None:
-        self.result = result
-        self.stderr = stderr
-        self.returncode = returncode
-
-    def report(self, *keys: str) -> str:
-        shown = {k: self.result.get(k) for k in (*keys, "failures")}
-        return f"{json.dumps(shown, indent=1, ensure_ascii=False)}\nstderr:\n{self.stderr[-6000:]}"
-
-    def section(self, *path: str) -> Any:
-        value: Any = self.result
-        for key in path:
-            if not isinstance(value, dict) or key not in value:
-                pytest.fail(f"the page run did not get to {'/'.join(path)}:\n{self.report()}", pytrace=False)
-            value = value[key]
-        return value
-
-
 @pytest.fixture(scope="module")
 def page_run(browser_gateway_url: str, tmp_path_factory: pytest.TempPathFactory) -> PageRun:
-    problem = setup_problem()
-    if problem is not None:
-        pytest.fail(problem, pytrace=False)
-    with urllib.request.urlopen(f"{browser_gateway_url}/", timeout=5) as response:
-        page = response.read().decode()
-    assert "/static/assets/" in page, "the gateway does not serve the built chat page: run `make web` (builds web/dist)"
-
     workdir = tmp_path_factory.mktemp("chat-page")
     wav = write_voice_wav(workdir / "voice.wav")
     config = {"url": browser_gateway_url, "wav": str(wav), "position": POSITION}
-    result, proc = run_page_script("chat_page.mjs", "chat-page", config, workdir)
-    for path in result.get("screenshots", []):
-        print(f"screenshot: {path}")
-    return PageRun(result, proc.stderr, proc.returncode)
+    return run_page("chat_page.mjs", "chat-page", config, workdir, served_from=browser_gateway_url)
 
 
 def test_the_run_is_clean(page_run: PageRun) -> None:

@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from tests.browser.page_driver import run_page_script, setup_problem
+from tests.browser import page_driver
+from tests.browser.page_driver import run_page
 from tests.gateway_process import running_gateway
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -34,13 +35,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 TITLE = "Payments with Bob"
 
 
-class PageRun:
+class PageRun(page_driver.PageRun):
     """The report of one chats_page.mjs run."""
-
-    def __init__(self, result: dict[str, Any], stderr: str, returncode: int) -> None:
-        self.result = result
-        self.stderr = stderr
-        self.returncode = returncode
 
     def report(self, *keys: str) -> str:
         steps = self.result.get("steps", {})
@@ -64,14 +60,8 @@ def chats_gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
 
 @pytest.fixture(scope="module")
 def page_run(chats_gateway_url: str, tmp_path_factory: pytest.TempPathFactory) -> PageRun:
-    problem = setup_problem()
-    if problem is not None:
-        pytest.fail(problem, pytrace=False)
     workdir = tmp_path_factory.mktemp("chats-page")
-    result, proc = run_page_script("chats_page.mjs", "chats-page", {"url": chats_gateway_url}, workdir)
-    for path in result.get("screenshots", []):
-        print(f"screenshot: {path}")
-    return PageRun(result, proc.stderr, proc.returncode)
+    return run_page("chats_page.mjs", "chats-page", {"url": chats_gateway_url}, workdir, report_as=PageRun)
 
 
 def test_the_run_is_clean(page_run: PageRun) -> None:

@@ -23,14 +23,13 @@ Screenshots go to tests/browser/artifacts/tool-apps/ (their paths are printed).
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.browser.page_driver import BROWSER_DIR, run_page_script, setup_problem
+from tests.browser.page_driver import BROWSER_DIR, PageRun, run_page
 from tests.gateway_process import ROOT, running_gateway
 from tests.node_script import run_node_script
 
@@ -65,27 +64,6 @@ DEMO = {  # the page's hand-written examples for the demo agent on the scripted 
 }
 
 
-class PageRun:
-    """The report of one tool_apps_page.mjs run."""
-
-    def __init__(self, result: dict[str, Any], stderr: str, returncode: int) -> None:
-        self.result = result
-        self.stderr = stderr
-        self.returncode = returncode
-
-    def report(self, *keys: str) -> str:
-        shown = {k: self.result.get(k) for k in (*keys, "failures")}
-        return f"{json.dumps(shown, indent=1, ensure_ascii=False)}\nstderr:\n{self.stderr[-6000:]}"
-
-    def section(self, *path: str) -> Any:
-        value: Any = self.result
-        for key in path:
-            if not isinstance(value, dict) or key not in value:
-                pytest.fail(f"the page run did not get to {'/'.join(path)}:\n{self.report()}", pytrace=False)
-            value = value[key]
-        return value
-
-
 @pytest.fixture(scope="module")
 def tool_apps_gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("tool-apps-gateway") / "gateway.log"
@@ -95,19 +73,9 @@ def tool_apps_gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 @pytest.fixture(scope="module")
 def page_run(tool_apps_gateway_url: str, browser_gateway_url: str, tmp_path_factory: pytest.TempPathFactory) -> PageRun:
-    problem = setup_problem()
-    if problem is not None:
-        pytest.fail(problem, pytrace=False)
-    with urllib.request.urlopen(f"{tool_apps_gateway_url}/", timeout=5) as response:
-        page = response.read().decode()
-    assert "/static/assets/" in page, "the gateway does not serve the built chat page: run `make web` (builds web/dist)"
-
     workdir = tmp_path_factory.mktemp("tool-apps-page")
     config = {"url": tool_apps_gateway_url, "demoUrl": browser_gateway_url}
-    result, proc = run_page_script("tool_apps_page.mjs", "tool-apps", config, workdir)
-    for path in result.get("screenshots", []):
-        print(f"screenshot: {path}")
-    return PageRun(result, proc.stderr, proc.returncode)
+    return run_page("tool_apps_page.mjs", "tool-apps", config, workdir, served_from=tool_apps_gateway_url)
 
 
 def test_the_run_is_clean(page_run: PageRun) -> None:

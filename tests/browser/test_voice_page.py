@@ -20,14 +20,14 @@ Screenshots go to tests/browser/artifacts/voice-page/ (their paths are printed).
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.browser.page_driver import run_page_script, setup_problem
+from tests.browser import page_driver
+from tests.browser.page_driver import run_page
 from tests.gateway_process import ROOT, running_gateway
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -35,17 +35,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 BARGE_IN_SILENT_MS = 100
 
 
-class PageRun:
+class PageRun(page_driver.PageRun):
     """The report of one voice_page.mjs run."""
-
-    def __init__(self, result: dict[str, Any], stderr: str, returncode: int) -> None:
-        self.result = result
-        self.stderr = stderr
-        self.returncode = returncode
-
-    def report(self, *keys: str) -> str:
-        shown = {k: self.result.get(k) for k in (*keys, "failures")}
-        return f"{json.dumps(shown, indent=1, ensure_ascii=False)}\nstderr:\n{self.stderr[-6000:]}"
 
     def step(self, name: str) -> dict[str, Any]:
         steps = self.result.get("steps", {})
@@ -64,19 +55,10 @@ def paced_gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
 
 @pytest.fixture(scope="module")
 def page_run(browser_gateway_url: str, paced_gateway_url: str, tmp_path_factory: pytest.TempPathFactory) -> PageRun:
-    problem = setup_problem()
-    if problem is not None:
-        pytest.fail(problem, pytrace=False)
-    with urllib.request.urlopen(f"{browser_gateway_url}/", timeout=5) as response:
-        page = response.read().decode()
-    assert "/static/assets/" in page, "the gateway does not serve the built chat page: run `make web` (builds web/dist)"
-
     workdir = tmp_path_factory.mktemp("voice-page")
     config = {"url": browser_gateway_url, "pacedUrl": paced_gateway_url}
-    result, proc = run_page_script("voice_page.mjs", "voice-page", config, workdir)
-    for path in result.get("screenshots", []):
-        print(f"screenshot: {path}")
-    return PageRun(result, proc.stderr, proc.returncode)
+    return run_page("voice_page.mjs", "voice-page", config, workdir, served_from=browser_gateway_url,
+                    report_as=PageRun)
 
 
 def test_the_run_is_clean(page_run: PageRun) -> None:

@@ -36,7 +36,7 @@
 import { mkdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { launchChromium } from './browser.mjs';
+import { launchChromium, screenshotter, runAndReport } from './browser.mjs';
 
 const config = JSON.parse(process.argv[2] ?? '{}');
 const BASE_URL = String(config.url ?? 'http://127.0.0.1:8080').replace(/\/$/, '');
@@ -322,11 +322,7 @@ function watch(page) {
   });
 }
 
-async function screenshot(page, name) {
-  const file = path.join(SCREENSHOT_DIR, `${name}.png`);
-  await page.screenshot({ path: file });
-  result.screenshots.push(file);
-}
+const screenshot = screenshotter(SCREENSHOT_DIR, result);
 
 async function axe(page, name) {
   await page.evaluate(AXE_SOURCE);
@@ -551,12 +547,4 @@ async function main() {
   }
 }
 
-try {
-  await main();
-} catch (error) {
-  fail(`driver: ${error.stack ?? error}`);
-}
-result.seconds = (Date.now() - started) / 1000;
-result.ok = failures.length === 0;
-process.stdout.write(`${JSON.stringify(result)}\n`);
-process.exitCode = result.ok ? 0 : 1;
+await runAndReport(main, result, { fail, started });
