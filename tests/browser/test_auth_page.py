@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import functools
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from typing import Any
 
 import jwt
 import pytest
 
-from tests.browser.page_driver import run_page_script, setup_problem
+from tests.browser.page_driver import run_page
 from tests.gateway_process import ROOT, running_gateway
+from tests.local_http import LocalHTTPServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -64,7 +64,7 @@ def test_the_page_on_another_origin_signs_in_and_chats(tmp_path_factory: pytest.
     assert result["apiOrigins"] == [gateway_url]
 
 
-class PageServer(ThreadingHTTPServer):
+class PageServer(LocalHTTPServer):
     """The built page (web/dist) on a static server of its own, on another port than the
     gateway's and so another origin. Its index.html names `gateway_url` in
     <meta name="adk-gateway-url">, as a chat app's host would."""
@@ -73,20 +73,10 @@ class PageServer(ThreadingHTTPServer):
         dist = ROOT / "web" / "dist"
         if not (dist / "index.html").is_file():
             pytest.fail("web/dist is not built: run `make web` (make test builds it)", pytrace=False)
-        super().__init__(("127.0.0.1", 0), functools.partial(_PageHandler, directory=str(dist)))
+        super().__init__(functools.partial(_PageHandler, directory=str(dist)))
         self.index = (dist / "index.html").read_text()
         self.gateway_url = ""
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
-
-    def __enter__(self) -> PageServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-        self.server_close()
-        self._thread.join()
+        self.url = self.origin
 
 
 class _PageHandler(SimpleHTTPRequestHandler):
@@ -114,23 +104,18 @@ class _PageHandler(SimpleHTTPRequestHandler):
 def run_auth_page(config: dict[str, str], name: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Runs auth_page.mjs with `config` (the gateway's `url`, maybe a `pageUrl`) and a token of
     alice, and checks every step it reports; returns its result."""
-    problem = setup_problem()
-    if problem is not None:
-        pytest.fail(problem, pytrace=False)
-
     token = mint_token()
     config = {**config, "token": token, "user": USER}
-    result, proc = run_page_script("auth_page.mjs", name, config, tmp_path_factory.mktemp(name))
-    for path in result.get("screenshots", []):
-        print(f"screenshot: {path}")
+    run = run_page("auth_page.mjs", name, config, tmp_path_factory.mktemp(name))
+    result = run.result
 
     report = json.dumps(
         {k: result.get(k) for k in ("failures", "checks", "unauthorized", "apiOrigins", "console", "screenshots",
                                      "seconds")},
         indent=1,
     ).replace(token, "<token>")
-    stderr = proc.stderr[-6000:].replace(token, "<token>")
-    assert result.get("ok") and proc.returncode == 0, f"{report}\nstderr:\n{stderr}"
+    stderr = run.stderr[-6000:].replace(token, "<token>")
+    assert result.get("ok") and run.returncode == 0, f"{report}\nstderr:\n{stderr}"
 
     checks = result["checks"]
     # The page asks before it starts the chat; the first ask shows no error.

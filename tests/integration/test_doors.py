@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from adk_gateway.keys import AUTH
 from adk_gateway.services.auth import ApiKeyFileError, JwtAuth, read_api_keys
 from adk_gateway.transports.websocket import SocketSession
 from tests.gateway_process import ROOT, free_port, gateway_python, running_gateway, start_gateway_process, stop_process
+from tests.local_http import LocalHTTPServer
 
 from .conftest import StartGateway
 from .support import Conversation, chat_body, new_id, post_chat, settings, user_message, wait_for
@@ -227,15 +228,13 @@ async def test_the_page_policy_names_the_public_url(gateway: StartGateway, tmp_p
 # --- 3. JWKS --------------------------------------------------------------------------------------------
 
 
-class KeyServer(ThreadingHTTPServer):
+class KeyServer(LocalHTTPServer):
     """A JWKS server on a thread of its own that answers as `mode` says: `ok`, `500`, `hang` (until
     `release`), `huge` (a body that never ends), `huge-length` (a Content-Length of 1 GB) or
     `redirect` (to a valid key set at /target)."""
 
-    daemon_threads = True
-
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _KeyHandler)
+        super().__init__(_KeyHandler)
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
         self.jwks = json.dumps({"keys": [{**jwk, "kid": "k1", "alg": "RS256", "use": "sig"}]}).encode()
@@ -246,22 +245,15 @@ class KeyServer(ThreadingHTTPServer):
         self.release = threading.Event()
         self.written = 0
         self.huge_ended = threading.Event()
-        self.url = f"http://127.0.0.1:{self.server_address[1]}/jwks.json"
-        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.url = f"{self.origin}/jwks.json"
 
     def token(self, kid: str = "k1", sub: str = "alice") -> str:
         return jwt.encode({"sub": sub, "exp": int(time.time()) + 600}, self.key, algorithm="RS256",
                           headers={"kid": kid})
 
-    def __enter__(self) -> KeyServer:
-        self._thread.start()
-        return self
-
     def __exit__(self, *exc: object) -> None:
-        self.release.set()
-        self.shutdown()
-        self.server_close()
-        self._thread.join()
+        self.release.set()  # a hanging answer ends first, or the shutdown waits for it
+        super().__exit__(*exc)
 
 
 class _KeyHandler(BaseHTTPRequestHandler):

@@ -13,23 +13,21 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.browser.page_driver import CHROMIUM, setup_problem
 from tests.gateway_process import running_gateway
+from tests.local_http import LocalHTTPServer
 from tests.node_script import run_node_script
 
 pytestmark = pytest.mark.browser
 
 HERE = Path(__file__).resolve().parent
-CHROMIUM = os.environ.get("ADK_GATEWAY_CHROMIUM", "/usr/bin/chromium")
-PLAYWRIGHT = HERE.parent / "browser" / "node_modules" / "playwright-core" / "index.mjs"
 
 # Google's suggestions as the bundled page wraps them (web/src/components/Sources.jsx).
 SUGGESTIONS = (
@@ -39,25 +37,13 @@ SUGGESTIONS = (
 )
 
 
-class Spy(ThreadingHTTPServer):
+class Spy(LocalHTTPServer):
     """Another server, as an attacker's: counts every request it gets."""
 
-    daemon_threads = True
-
     def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _SpyHandler)
+        super().__init__(_SpyHandler)
         self.paths: list[str] = []
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
-
-    def __enter__(self) -> Spy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-        self.server_close()
-        self._thread.join()
+        self.url = self.origin
 
 
 class _SpyHandler(BaseHTTPRequestHandler):
@@ -112,16 +98,6 @@ probe.foreignSocket = await new Promise(done => {{
 }});
 probe.done = true;
 """)
-
-
-def setup_problem() -> str | None:
-    if shutil.which("node") is None:
-        return "`node` is not on PATH"
-    if not PLAYWRIGHT.is_file():
-        return "tests/browser/node_modules/playwright-core is missing (`npm ci --prefix tests/browser`)"
-    if not os.access(CHROMIUM, os.X_OK):
-        return f"{CHROMIUM} is missing (`make system-deps`)"
-    return None
 
 
 @pytest.fixture
