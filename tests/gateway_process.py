@@ -51,6 +51,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def cluster_env(port: int) -> dict[str, str]:
+    """The environment for deploy/cluster.py with its front on `port` and everything else (two
+    gateways, PostgreSQL, Redis) on free ports: none of the caller's gateway or cluster settings,
+    and the offline scripted model."""
+    ports = {"CLUSTER_PORT": port, "CLUSTER_POSTGRES_PORT": free_port(), "CLUSTER_REDIS_PORT": free_port()}
+    gateway_ports = [free_port(), free_port()]
+    assert len({*ports.values(), *gateway_ports}) == 5, "free_port() handed out a port twice"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ADK_GATEWAY_", "CLUSTER_"))}
+    env.pop("GOOGLE_API_KEY", None)  # the offline scripted model
+    env.update({k: str(v) for k, v in ports.items()})
+    env["CLUSTER_GATEWAY_PORTS"] = ",".join(map(str, gateway_ports))
+    return env
+
+
 def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
     """Sends `sig` (unless the process has already exited), waits `timeout` seconds, then kills it."""
     if proc.poll() is not None:

@@ -47,6 +47,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from adk_gateway.loadtest import percentiles
+from tests.integration.support import long_history
 
 CAP_S = 30.0  # the longest a probe is waited for; a probe that takes longer counts as CAP_S
 FLOOD_DELTAS = 50_000
@@ -202,19 +203,6 @@ def log_time(line: str) -> float | None:
         return datetime.fromisoformat(stamp).timestamp() if isinstance(stamp, str) else None
     except (ValueError, AttributeError):
         return None
-
-
-def long_history(count: int, last_text: str = "/echo the end") -> list[Json]:
-    """`count` alternating messages ending with a user message (tests/integration/test_bad_input.py)."""
-    messages: list[Json] = []
-    for index in range(count - 1):
-        if (count - 1 - index) % 2 == 0:
-            messages.append(user_message(f"question {index}", f"u{index}"))
-        else:
-            messages.append({"id": f"a{index}", "role": "assistant",
-                             "parts": [{"type": "step-start"}, {"type": "text", "text": f"answer {index}"}]})
-    messages.append(user_message(last_text, f"u{count - 1}"))
-    return messages
 
 
 def user_message(text: str, message_id: str | None = None) -> Json:

@@ -43,6 +43,20 @@ def user_message(text: str, message_id: str | None = None) -> Json:
     return {"id": message_id or new_id("u"), "role": "user", "parts": [{"type": "text", "text": text}]}
 
 
+def long_history(count: int, last_text: str = "/echo the end") -> list[Json]:
+    """`count` alternating messages ending with a user message (the history caps' tests, and the
+    bench's floods)."""
+    messages: list[Json] = []
+    for index in range(count - 1):
+        if (count - 1 - index) % 2 == 0:
+            messages.append(user_message(f"question {index}", f"u{index}"))
+        else:
+            messages.append({"id": f"a{index}", "role": "assistant",
+                             "parts": [{"type": "step-start"}, {"type": "text", "text": f"answer {index}"}]})
+    messages.append(user_message(last_text, f"u{count - 1}"))
+    return messages
+
+
 def chat_body(chat_id: str, messages: list[Json], **extra: Any) -> Json:
     return {"id": chat_id, "messages": messages, "trigger": "submit-message", **extra}
 

@@ -27,7 +27,17 @@ from adk_gateway.agents.adk import AgentHost
 from adk_gateway.keys import METRICS, REGISTRY
 
 from .conftest import StartGateway
-from .support import LiveStream, ToolLog, chat_body, counting_agent, post_chat, settings, user_message, wait_for
+from .support import (
+    LiveStream,
+    ToolLog,
+    chat_body,
+    counting_agent,
+    long_history,
+    post_chat,
+    settings,
+    user_message,
+    wait_for,
+)
 
 Frame = dict[str, Any]
 WAIT_S = 5.0
@@ -183,24 +193,11 @@ async def test_a_store_failure_over_http_is_a_json_500_without_detail(gateway: S
 # --- history size -----------------------------------------------------------------------------------
 
 
-def history(count: int, last_text: str = "/echo the end") -> list[Frame]:
-    """`count` alternating messages ending with a user message."""
-    messages: list[Frame] = []
-    for index in range(count - 1):
-        if (count - 1 - index) % 2 == 0:
-            messages.append(user_message(f"question {index}", f"u{index}"))
-        else:
-            messages.append({"id": f"a{index}", "role": "assistant",
-                             "parts": [{"type": "step-start"}, {"type": "text", "text": f"answer {index}"}]})
-    messages.append(user_message(last_text, f"u{count - 1}"))
-    return messages
-
-
 async def test_a_history_past_the_cap_is_413(gateway: StartGateway) -> None:
     client = await gateway(settings(max_history_messages=5))
-    at_cap = await post_chat(client, chat_body("five", history(5)))
+    at_cap = await post_chat(client, chat_body("five", long_history(5)))
     assert at_cap.status == 200 and at_cap.text == "the end"
-    past = await post_chat(client, chat_body("six", history(6)))
+    past = await post_chat(client, chat_body("six", long_history(6)))
     assert past.status == 413 and past.error_code == "history_too_long"
     assert "6 messages" in past.body["error"]["message"]  # type: ignore[index]
     await assert_still_serving(client)
@@ -210,7 +207,7 @@ async def test_a_history_past_the_cap_over_a_socket_is_an_error_frame(gateway: S
     client = await gateway(settings(max_history_messages=5))
     async with client.ws_connect("/api/chat/ws") as ws:
         for index in range(12):  # not counted as bad frames: the socket is never closed for it
-            await ws.send_json(send_frame(f"long-{index}", "six", history(6)))
+            await ws.send_json(send_frame(f"long-{index}", "six", long_history(6)))
             [error] = await frames_until(ws, lambda frames: len(frames) == 1)
             assert error == {**error, "type": "error", "requestId": f"long-{index}", "code": "history_too_long"}
         await echo_works(ws)
@@ -237,7 +234,7 @@ async def test_ten_thousand_messages_past_the_cap_are_refused_while_other_stream
     test_floods; the longest stall it causes is a figure of `make bench`.)"""
     client = await gateway(settings(max_history_messages=HISTORY_CAP, max_runs_per_user=100))
     streams = await open_streams(client, 50)
-    body = json.dumps(chat_body("huge", history(10_000), trigger="regenerate-message")).encode()
+    body = json.dumps(chat_body("huge", long_history(10_000), trigger="regenerate-message")).encode()
     reply = await post_chat(client, body, headers={"Content-Type": "application/json"})
     assert reply.status == 413 and reply.error_code == "history_too_long"
     await close_streams(client, streams)
@@ -248,7 +245,7 @@ async def test_a_history_at_the_cap_is_imported_while_other_streams_go_on(gatewa
     streams go on (the import's turns given to the loop are counted in test_floods)."""
     client = await gateway(settings(max_history_messages=HISTORY_CAP, max_runs_per_user=100))
     streams = await open_streams(client, 50)
-    body = json.dumps(chat_body("long", history(HISTORY_CAP), trigger="regenerate-message")).encode()
+    body = json.dumps(chat_body("long", long_history(HISTORY_CAP), trigger="regenerate-message")).encode()
     reply = await post_chat(client, body, headers={"Content-Type": "application/json"})
     assert reply.status == 200 and reply.text == "the end", (reply.status, reply.body)
     await close_streams(client, streams)

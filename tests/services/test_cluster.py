@@ -39,7 +39,7 @@ from tests.e2e.support import (
     text_of,
     tool_parts,
 )
-from tests.gateway_process import free_port
+from tests.gateway_process import cluster_env, free_port
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(180)]
 
@@ -82,19 +82,14 @@ def cluster() -> Iterator[dict[str, Any]]:
     if problem is not None:
         pytest.fail(problem, pytrace=False)
     port = free_port()
-    ports = {"CLUSTER_PORT": port, "CLUSTER_POSTGRES_PORT": free_port(), "CLUSTER_REDIS_PORT": free_port()}
-    gateway_ports = [free_port(), free_port()]
-    assert len({*ports.values(), *gateway_ports}) == 5, "free_port() handed out a port twice"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ADK_GATEWAY_", "CLUSTER_"))}
-    env.pop("GOOGLE_API_KEY", None)  # the offline scripted model
-    env.update({k: str(v) for k, v in ports.items()})
-    env["CLUSTER_GATEWAY_PORTS"] = ",".join(map(str, gateway_ports))
+    env = cluster_env(port)
     state = ROOT / ".state" / "cluster" / str(port)
     try:
         started = make("cluster-up", env)
         assert started.returncode == 0, f"make cluster-up failed:\n{started.stdout}\n{started.stderr}"
         yield {"env": env, "url": started.stdout.strip().splitlines()[-1], "state": state, "port": port,
-               "ports": [*ports.values(), *gateway_ports], "up": started.stdout}
+               "ports": [int(env[name]) for name in ("CLUSTER_PORT", "CLUSTER_POSTGRES_PORT", "CLUSTER_REDIS_PORT")]
+               + [int(gateway) for gateway in env["CLUSTER_GATEWAY_PORTS"].split(",")], "up": started.stdout}
     finally:
         make("cluster-down", env)
         shutil.rmtree(state, ignore_errors=True)

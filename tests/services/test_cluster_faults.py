@@ -47,7 +47,7 @@ import redis
 from adk_gateway.services.redis_streams import LOST_WRITER_TEXT
 from deploy.cluster import processes_of
 from tests.e2e.support import node_setup_problem, problems, run_scenario, text_of, tool_parts
-from tests.gateway_process import free_port
+from tests.gateway_process import cluster_env, free_port
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(240)]
 
@@ -67,13 +67,7 @@ class Cluster:
 
     def __init__(self) -> None:
         self.port = free_port()
-        ports = {"CLUSTER_PORT": self.port, "CLUSTER_POSTGRES_PORT": free_port(), "CLUSTER_REDIS_PORT": free_port()}
-        gateway_ports = [free_port(), free_port()]
-        assert len({*ports.values(), *gateway_ports}) == 5, "free_port() handed out a port twice"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ADK_GATEWAY_", "CLUSTER_"))}
-        env.pop("GOOGLE_API_KEY", None)  # the offline scripted model
-        env.update({k: str(v) for k, v in ports.items()})
-        env["CLUSTER_GATEWAY_PORTS"] = ",".join(map(str, gateway_ports))
+        env = cluster_env(self.port)
         env["CLUSTER_STOP_TIMEOUT_S"] = "10"
         env["ADK_GATEWAY_DETACH_ON_DISCONNECT"] = "true"
         self.env = env
@@ -232,15 +226,9 @@ def chat_body(chat_id: str, text: str) -> dict[str, Any]:
 def read_sse(url: str, *, until_s: float) -> tuple[int, list[dict[str, Any]], float]:
     """GETs an SSE resume; its status, its chunks and when (monotonic) the last one came."""
     async def read() -> tuple[int, list[dict[str, Any]], float]:
-        chunks: list[dict[str, Any]] = []
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=until_s)) as session, \
                 session.get(url) as response:
-            async for raw in response.content:
-                line = raw.decode().strip()
-                if line == "data: [DONE]":
-                    break
-                if line.startswith("data: "):
-                    chunks.append(json.loads(line[6:]))
+            chunks = await _sse_chunks(response)
             return response.status, chunks, time.monotonic()
     return asyncio.run(read())
 
@@ -412,16 +400,21 @@ def test_a_redis_restart_mid_stream_stops_nothing(whole: Cluster) -> None:
 
 
 async def _post_and_read(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-    chunks: list[dict[str, Any]] = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session, \
             session.post(url, json=body) as response:
         assert response.status == 200, await response.text()
-        async for raw in response.content:
-            line = raw.decode().strip()
-            if line == "data: [DONE]":
-                break
-            if line.startswith("data: "):
-                chunks.append(json.loads(line[6:]))
+        return await _sse_chunks(response)
+
+
+async def _sse_chunks(response: aiohttp.ClientResponse) -> list[dict[str, Any]]:
+    """The chunks of an SSE answer, up to `[DONE]` (or the end of the stream)."""
+    chunks: list[dict[str, Any]] = []
+    async for raw in response.content:
+        line = raw.decode().strip()
+        if line == "data: [DONE]":
+            break
+        if line.startswith("data: "):
+            chunks.append(json.loads(line[6:]))
     return chunks
 
 
