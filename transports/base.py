@@ -167,8 +167,8 @@ class SlowReaderGuard:
         on_cut: called once, at the cut (a socket starts its 4008 close there).
     """
 
-    __slots__ = ("_closed", "_followers", "_over_timer", "_stall_timer", "_writes", "connection", "error",
-                 "grace_s", "max_pending_bytes", "metrics", "on_cut", "transport", "user_id")
+    __slots__ = ("_closed", "_followers", "_over_timer", "_stall_timer", "_write_began", "_writes", "connection",
+                 "error", "grace_s", "max_pending_bytes", "metrics", "on_cut", "transport", "user_id")
 
     def __init__(
         self,
@@ -191,6 +191,7 @@ class SlowReaderGuard:
         self.error: SlowReader | None = None
         self._followers: dict[Follower, None] = {}
         self._writes = 0
+        self._write_began = 0.0  # when the writes now under way began (loop time)
         self._over_timer: asyncio.TimerHandle | None = None
         self._stall_timer: asyncio.TimerHandle | None = None
         self._closed = False
@@ -216,17 +217,21 @@ class SlowReaderGuard:
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
-        """Wraps one write to the socket: a write blocked for the grace is a stalled reader."""
+        """Wraps one write to the socket: a write blocked for the grace is a stalled reader.
+
+        One timer watches all of a connection's writes: armed by a write when none is, it looks
+        at the write under way when it fires (and waits again for what is left of that one's
+        grace), rather than a timer made and cancelled for every write."""
         self._writes += 1
-        if self._writes == 1 and self.error is None and not self._closed:
-            self._stall_timer = asyncio.get_running_loop().call_later(self.grace_s, self._stalled)
+        if self._writes == 1:
+            loop = asyncio.get_running_loop()
+            self._write_began = loop.time()
+            if self._stall_timer is None and self.error is None and not self._closed:
+                self._stall_timer = loop.call_later(self.grace_s, self._stalled)
         try:
             yield
         finally:
             self._writes -= 1
-            if self._writes == 0 and self._stall_timer is not None:
-                self._stall_timer.cancel()
-                self._stall_timer = None
             self.update()
 
     def update(self) -> None:
@@ -249,7 +254,13 @@ class SlowReaderGuard:
 
     def _stalled(self) -> None:
         self._stall_timer = None
-        self.cut("stalled")
+        if not self._writes:
+            return  # the next write arms it again
+        left = self._write_began + self.grace_s - asyncio.get_running_loop().time()
+        if left > 0:
+            self._stall_timer = asyncio.get_running_loop().call_later(left, self._stalled)
+        else:
+            self.cut("stalled")
 
     def cut(self, reason: str) -> None:
         """Cuts the connection (once): counts, logs, stops the deliveries, arms the abort."""

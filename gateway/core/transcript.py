@@ -18,7 +18,6 @@ the first of the invocation it rewinds to (ADK keeps rewound events, and skips t
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -29,6 +28,18 @@ __all__ = ["MessageFold", "Record", "Transcript", "approval_audit", "fold", "mer
 _TOOL_FIELDS: Final = ("input", "output", "errorText", "rawInput", "preliminary", "title", "toolMetadata",
                        "providerExecuted")
 _MISSING: Final = object()
+
+
+def json_copy(value: Any) -> Any:
+    """A copy of a JSON value: its objects and arrays copied, the rest (immutable) shared. What
+    `copy.deepcopy` gives for the wire's values, at a fraction of its cost."""
+    if isinstance(value, dict):
+        return {key: json_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [json_copy(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(json_copy(item) for item in value)
+    return value
 
 
 def merge_metadata(base: Any, overrides: Any) -> Any:
@@ -71,7 +82,7 @@ class MessageFold:
 
     def __init__(self, message: Mapping[str, Any] | None = None, *, message_id: str | None = None,
                  max_text: int = 0) -> None:
-        base: dict[str, Any] = copy.deepcopy(dict(message)) if message is not None else \
+        base: dict[str, Any] = json_copy(dict(message)) if message is not None else \
             {"id": message_id or "", "role": "assistant", "parts": []}
         base.setdefault("parts", [])
         self._message = base
@@ -182,16 +193,16 @@ class MessageFold:
             existing = next((p for p in self.parts if data_id is not None and p.get("type") == kind
                              and p.get("id") == data_id), None) if data_id is not None else None
             if existing is not None:
-                existing["data"] = copy.deepcopy(chunk.get("data"))
+                existing["data"] = json_copy(chunk.get("data"))
             else:
-                self.parts.append(copy.deepcopy(dict(chunk)))
+                self.parts.append(json_copy(dict(chunk)))
         # (finish-step, error, abort and transient data change nothing the client keeps)
 
     def _metadata(self, metadata: Any) -> None:
         if metadata is not None:
             current = self._message.get("metadata")
             self._message["metadata"] = merge_metadata(current, metadata) if current is not None \
-                else copy.deepcopy(metadata)
+                else json_copy(metadata)
 
     def _tool_input(self, chunk: Mapping[str, Any]) -> None:
         kind, call_id, name = chunk["type"], chunk["toolCallId"], chunk.get("toolName", "")
