@@ -179,8 +179,11 @@ class Follower:
                 self._queued = None
             return entry
         log = self.log
-        while self.position < log.end:
-            item = log._entry(self.position)
+        # `log.end` and `log._entry`, inlined: this runs for every chunk every reader takes.
+        entries = log._entries
+        end = log.first + len(entries) - log._head
+        while self.position < end:
+            item = entries[log._head + self.position - log.first]
             if item is None:  # discarded before this follower took it (and counted as taken then)
                 self.position += 1
                 continue
@@ -309,7 +312,11 @@ class StreamLog:
         if not followers:
             return False
         limit = self.max_bytes // 2
-        return any(not follower.overrun and follower.backlog > limit for follower in followers)
+        # A loop rather than `any()` over a generator: this runs for every event of every run.
+        for follower in followers:  # noqa: SIM110
+            if follower.backlog > limit and not follower.overrun:
+                return True
+        return False
 
     async def readers_caught_up(self) -> None:
         """Waits while a reader is `behind`, until it has taken back to a quarter of the cap (or
@@ -344,7 +351,7 @@ class StreamLog:
         """Adds one chunk already serialised with `encoding.chunk_json`; returns its sequence number."""
         if self.closed:
             raise RuntimeError("append to a closed stream log")
-        sequence = self.end
+        sequence = self.first + len(self._entries) - self._head  # `end`, inlined
         size = len(data)
         self._entries.append((kind, data))
         self.kept_bytes += size
@@ -356,7 +363,7 @@ class StreamLog:
         if self.overflowed or self.kept_bytes > self.max_bytes:
             self._shed(newest=size)
         self.peak_bytes = max(self.peak_bytes, self.kept_bytes)
-        self.wake()
+        self._changed.wake()
         for follower in tuple(self._followers):
             if follower.on_change is not None:
                 follower.on_change()

@@ -19,7 +19,7 @@ import asyncio
 import dataclasses
 import secrets
 import time
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import Iterable
 from contextlib import aclosing
 from typing import Any, Protocol
 
@@ -196,28 +196,25 @@ class ChatTurn:
         # events too, so the run's generator is closed explicitly.
         # The pacer goes on from there: the run gives the loop a turn every few events (a model
         # that never waits would otherwise hold the whole process, `adk_gateway.agents.pacing`).
-        run = self.run
-        logged = run.log.end
-        events = self.host.run(self.ctx.user_id, self.chat_id, new_message, state_delta=self.plan.state_delta)
-        with self.host.paced_by(self.ctx.user_id, self.chat_id, run.log):
-            await self._read_events(events, logged)
-
-    async def _read_events(self, events: AsyncGenerator[AgentEvent, None], logged: int) -> None:
         run, pacer = self.run, self.pacer
+        log = run.log
+        logged = log.end
         waiting_for_first = True
-        async with aclosing(events):
-            async for event in events:
-                effects = self._convert(event)
-                if effects:
-                    await self._hand_to_extras(effects)
-                if waiting_for_first:
-                    if run.log.end > logged:
-                        waiting_for_first = False
-                        await pacer.turn()
-                else:
-                    await pacer.step()
-                if run.log.behind():  # a reader the process kept busy: wait for it, do not outrun it
-                    await run.log.readers_caught_up()
+        events = self.host.run(self.ctx.user_id, self.chat_id, new_message, state_delta=self.plan.state_delta)
+        with self.host.paced_by(self.ctx.user_id, self.chat_id, log):
+            async with aclosing(events):
+                async for event in events:
+                    effects = self._convert(event)
+                    if effects:
+                        await self._hand_to_extras(effects)
+                    if waiting_for_first:
+                        if log.end > logged:
+                            waiting_for_first = False
+                            await pacer.turn()
+                    else:
+                        await pacer.step()
+                    if log.behind():  # a reader the process kept busy: wait for it, do not outrun it
+                        await log.readers_caught_up()
 
     def _convert(self, event: AgentEvent) -> list[Effect]:
         """Logs the event's chunks and carries out what the approval book decides about them;
