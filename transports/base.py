@@ -238,13 +238,12 @@ class SlowReaderGuard:
         """Re-evaluates the bound (after a log append, a write, a follower coming or going)."""
         if self.error is not None or self._closed:
             return
-        # Runs at every chunk a run logs and every write: a loop and the socket's count inlined.
+        # (A loop, not `any()` over a generator: this runs at every chunk a run logs and every write.)
         for follower in self._followers:
             if follower.overrun:
                 self.cut("overrun")
                 return
-        connection = self.connection
-        if connection is not None and connection.get_write_buffer_size() > self.max_pending_bytes:
+        if self.pending_bytes > self.max_pending_bytes:
             if self._over_timer is None:
                 self._over_timer = asyncio.get_running_loop().call_later(self.grace_s, self._still_over)
         elif self._over_timer is not None:
@@ -260,9 +259,10 @@ class SlowReaderGuard:
         self._stall_timer = None
         if not self._writes:
             return  # the next write arms it again
-        left = self._write_began + self.grace_s - asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        left = self._write_began + self.grace_s - loop.time()
         if left > 0:
-            self._stall_timer = asyncio.get_running_loop().call_later(left, self._stalled)
+            self._stall_timer = loop.call_later(left, self._stalled)
         else:
             self.cut("stalled")
 
@@ -334,8 +334,7 @@ def _waiting(follower: Follower, first: LogEntry, major: int, guard: SlowReaderG
     size = 0
     while entry is not None:
         size += len(entry.data)
-        # Most chunks go out as logged (`adapt_entry`'s first test, without the call).
-        adapted = entry if major >= 7 or entry.kind not in ADAPTED_FOR_V6 else _adapted(entry, major)
+        adapted = _adapted(entry, major)
         if adapted is not None:
             yield adapted
         if size >= MAX_BATCH_BYTES or (guard is not None and guard.error is not None):

@@ -520,8 +520,7 @@ class MessageConverter:
 
     def _model_event(self, event: AgentEvent, result: ConversionResult) -> None:
         partial = event.partial
-        # (Text comes first in a model's parts, and on every token: it stops the test at once.)
-        if all(isinstance(part, FunctionCall) and self._defers(part) for part in event.parts):
+        if all(self._defers(part) for part in event.parts):
             # Nothing to show in this step (its calls are shown at the end): no step for it.
             if not partial:
                 for part in event.parts:

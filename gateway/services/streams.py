@@ -179,11 +179,8 @@ class Follower:
                 self._queued = None
             return entry
         log = self.log
-        # `log.end` and `log._entry`, inlined: this runs for every chunk every reader takes.
-        entries = log._entries
-        end = log.first + len(entries) - log._head
-        while self.position < end:
-            item = entries[log._head + self.position - log.first]
+        while self.position < log.end:
+            item = log._entry(self.position)
             if item is None:  # discarded before this follower took it (and counted as taken then)
                 self.position += 1
                 continue
@@ -225,9 +222,8 @@ class StreamLog:
     """One response's chunks; see the module docstring."""
 
     __slots__ = ("__dict__", "_changed", "_delivered", "_drained", "_entries", "_followers", "_head", "_last_size",
-                 "_on_delivered",
-                 "appended_bytes", "closed", "closed_at", "first", "kept_bytes", "key", "max_bytes", "overflowed",
-                 "peak_bytes", "replay_prefix")
+                 "_on_delivered", "appended_bytes", "closed", "closed_at", "end", "first", "kept_bytes", "key",
+                 "max_bytes", "overflowed", "peak_bytes", "replay_prefix")
 
     def __init__(self, *, key: ChatKey, max_bytes: int) -> None:
         self.key = key
@@ -238,6 +234,7 @@ class StreamLog:
         # Chunks that rebuild the message a continuation continues; sent after `start` on a replay.
         self.replay_prefix: list[dict[str, Any]] = []
         self.first = 0  # the sequence number of the oldest chunk kept
+        self.end = 0  # the sequence number the next chunk gets (how many chunks were ever appended)
         self.kept_bytes = 0
         self.peak_bytes = 0  # the most `kept_bytes` has been (observability, tests)
         self.appended_bytes = 0  # every chunk ever appended
@@ -255,11 +252,6 @@ class StreamLog:
                 f"closed={self.closed}, overflowed={self.overflowed}, followers={len(self._followers)})")
 
     # --- reading ------------------------------------------------------------------------------
-
-    @property
-    def end(self) -> int:
-        """The sequence number the next chunk gets (how many chunks were ever appended)."""
-        return self.first + len(self._entries) - self._head
 
     @property
     def chunks(self) -> list[dict[str, Any]]:
@@ -351,9 +343,10 @@ class StreamLog:
         """Adds one chunk already serialised with `encoding.chunk_json`; returns its sequence number."""
         if self.closed:
             raise RuntimeError("append to a closed stream log")
-        sequence = self.first + len(self._entries) - self._head  # `end`, inlined
+        sequence = self.end
         size = len(data)
         self._entries.append((kind, data))
+        self.end += 1
         self.kept_bytes += size
         self.appended_bytes += size
         self._last_size = size
@@ -363,7 +356,7 @@ class StreamLog:
         if self.overflowed or self.kept_bytes > self.max_bytes:
             self._shed(newest=size)
         self.peak_bytes = max(self.peak_bytes, self.kept_bytes)
-        self._changed.wake()
+        self.wake()
         for follower in tuple(self._followers):
             if follower.on_change is not None:
                 follower.on_change()
