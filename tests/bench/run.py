@@ -963,6 +963,8 @@ async def amain(args: argparse.Namespace) -> int:
         started = time.perf_counter()
         date = time.strftime("%Y-%m-%d %H:%M %Z")
         load_before = loadavg()
+        # Read before the run: the run itself rewrites the charts in this checkout.
+        code = gateway_code(args.gateway_root)
         try:
             await bench.run()
         except Exception:
@@ -971,7 +973,7 @@ async def amain(args: argparse.Namespace) -> int:
         elapsed = time.perf_counter() - started
         report = [
             f"Run {date} on {machine()}; open-files limit {bench.open_files:,}.",
-            f"Gateway code: {gateway_code(args.gateway_root)}.",
+            f"Gateway code: {code}.",
             f"Gateway ready after {fmt(bench.gateway.ready_s, 2)} s; the whole benchmark took {elapsed:.0f} s"
             + (" (--quick: small counts, a smoke run)." if args.quick else ".")
             + f" Load average (1 min) before: {load_before}, after: {loadavg()}; the clients share the cores.",
@@ -981,7 +983,7 @@ async def amain(args: argparse.Namespace) -> int:
         print("\n".join(report))
         if args.json is not None:
             result = {"date": date, "machine": machine(), "versions": versions(), "quick": args.quick,
-                      "gateway_code": gateway_code(args.gateway_root),
+                      "gateway_code": code,
                       "parts": [part for part in PARTS if part in plan.parts],
                       "elapsed_s": round(elapsed, 1), "load_average": [load_before, loadavg()], **bench.as_json()}
             args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
