@@ -31,7 +31,7 @@ its time to first text, to the first text delta (the first partial event with te
 `Comparison` runs the table (each row at 1 and at 16 clients, rows alternated in order between
 rounds so that drift in the machine's speed spreads over every row, with a bar chart of its turns/s:
 `throughput_chart`), the gateway's added time to first text, and the long chat (per-turn time over
-one 200-turn chat, by tenth, with a chart; the gateway's chat both with the whole history
+200-turn chats, by tenth, with a chart; the gateway's chat both with the whole history
 posted and with only the last message). The last two compare single turns at 1 client, so they
 run the servers in lock step (`lockstep`), a short block of turns each: turns k to k + b - 1 of
 each server, one after the other, before any goes further. A VM's speed can drift by half within
@@ -635,7 +635,8 @@ class Comparison:
             log("side by side: time to first text, in lock step")
             await self.run_first_text()
         if self.sizes.long_turns > 0 and self.sizes.long_servers:
-            log(f"side by side: one {self.sizes.long_turns}-turn chat per server, in lock step")
+            sizes = self.sizes
+            log(f"side by side: {sizes.long_rounds} chats of {sizes.long_turns} turns per server, in lock step")
             await self.run_long()
 
     # --- figures ---------------------------------------------------------------------------

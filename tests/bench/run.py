@@ -13,8 +13,8 @@ and servers share the machine's cores. Scenarios, in order:
    reused sessions), `adk api_server` (create + run, run only, reused session) and the gateway
    over SSE and WebSocket (fresh chats, reused chats with the whole history posted), each at 1 and
    16 clients, with turns/s, per-turn and first-text percentiles and ratios to the Runner's and
-   api_server's matching rows; the gateway's added time to first text; one 200-turn chat per
-   server (the Runner on ADK's store and on ours too; the gateway's with the whole history posted
+   api_server's matching rows; the gateway's added time to first text; 200-turn chats (8 per
+   server: the Runner on ADK's store and on ours too; the gateway's with the whole history posted
    and with only the last message, the AI SDK's persistence pattern), by tenth, with a chart in
    `--charts`;
 3. streaming throughput (`/stream 100 0`: 100 text deltas per answer), 10 clients, SSE and WebSocket;
